@@ -1,0 +1,200 @@
+//! Element types: the runtime [`DType`] tag and the compile-time [`Element`] trait.
+
+use std::fmt;
+
+/// The element types gpubuf moves and computes on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum DType {
+    /// `u8`
+    U8,
+    /// `i32`
+    I32,
+    /// `u32`
+    U32,
+    /// `i64`
+    I64,
+    /// IEEE half precision (`half::f16`)
+    F16,
+    /// `f32`
+    F32,
+    /// `f64`
+    F64,
+}
+
+impl DType {
+    /// Every dtype, in declaration order.
+    pub const ALL: [DType; 7] = [
+        DType::U8,
+        DType::I32,
+        DType::U32,
+        DType::I64,
+        DType::F16,
+        DType::F32,
+        DType::F64,
+    ];
+
+    /// Size of one element in bytes (the itemsize).
+    pub const fn size(self) -> usize {
+        match self {
+            DType::U8 => 1,
+            DType::F16 => 2,
+            DType::I32 | DType::U32 | DType::F32 => 4,
+            DType::I64 | DType::F64 => 8,
+        }
+    }
+
+    /// Whether the type is a floating-point type (negation flips the sign bit).
+    pub const fn is_float(self) -> bool {
+        matches!(self, DType::F16 | DType::F32 | DType::F64)
+    }
+
+    /// The numpy-style name (`"float32"`, `"int64"`, ...).
+    pub const fn name(self) -> &'static str {
+        match self {
+            DType::U8 => "uint8",
+            DType::I32 => "int32",
+            DType::U32 => "uint32",
+            DType::I64 => "int64",
+            DType::F16 => "float16",
+            DType::F32 => "float32",
+            DType::F64 => "float64",
+        }
+    }
+
+    /// Negates one element stored as raw bytes, in place, with gpubuf's negation rule:
+    /// floats flip the sign bit (so `-0.0`, infinities and NaNs behave alike on every
+    /// backend); integers take the two's-complement negation, wrapping.
+    ///
+    /// `bytes` must hold exactly [`DType::size`] bytes; other lengths are left unchanged.
+    pub fn negate_bytes(self, bytes: &mut [u8]) {
+        if bytes.len() != self.size() {
+            return;
+        }
+        if self.is_float() {
+            // Little-endian: the sign bit is the top bit of the last byte.
+            if let Some(last) = bytes.last_mut() {
+                *last ^= 0x80;
+            }
+        } else {
+            // Two's complement: invert and add one, carrying from the low byte.
+            let mut carry = true;
+            for b in bytes.iter_mut() {
+                let (v, c) = (!*b).overflowing_add(u8::from(carry));
+                *b = v;
+                carry = c;
+            }
+        }
+    }
+}
+
+impl fmt::Display for DType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for DType {
+    type Err = crate::Error;
+
+    fn from_str(s: &str) -> crate::Result<Self> {
+        DType::ALL
+            .into_iter()
+            .find(|d| d.name() == s)
+            .ok_or_else(|| crate::Error::invalid(format!("unknown dtype {s:?}")))
+    }
+}
+
+/// A Rust type that gpubuf can store: plain old data with a [`DType`] tag.
+pub trait Element:
+    bytemuck::Pod + PartialEq + fmt::Debug + Default + Send + Sync + 'static
+{
+    /// The runtime tag of this type.
+    const DTYPE: DType;
+
+    /// gpubuf's negation (see [`DType::negate_bytes`]).
+    fn negate(self) -> Self;
+
+    /// Equality where NaN equals NaN (numpy's `equal_nan=True`); plain `==` otherwise.
+    fn same_value(&self, other: &Self) -> bool;
+}
+
+macro_rules! int_element {
+    ($t:ty, $d:expr) => {
+        impl Element for $t {
+            const DTYPE: DType = $d;
+            fn negate(self) -> Self {
+                self.wrapping_neg()
+            }
+            fn same_value(&self, other: &Self) -> bool {
+                self == other
+            }
+        }
+    };
+}
+
+int_element!(u8, DType::U8);
+int_element!(i32, DType::I32);
+int_element!(u32, DType::U32);
+int_element!(i64, DType::I64);
+
+macro_rules! float_element {
+    ($t:ty, $d:expr, $bits:ty, $sign:expr) => {
+        impl Element for $t {
+            const DTYPE: DType = $d;
+            fn negate(self) -> Self {
+                <$t>::from_bits(self.to_bits() ^ $sign)
+            }
+            fn same_value(&self, other: &Self) -> bool {
+                self == other || (self.is_nan() && other.is_nan())
+            }
+        }
+    };
+}
+
+float_element!(f32, DType::F32, u32, 0x8000_0000u32);
+float_element!(f64, DType::F64, u64, 0x8000_0000_0000_0000u64);
+float_element!(half::f16, DType::F16, u16, 0x8000u16);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check<T: Element>(v: T) {
+        let mut bytes = bytemuck::bytes_of(&v).to_vec();
+        T::DTYPE.negate_bytes(&mut bytes);
+        assert_eq!(bytes, bytemuck::bytes_of(&v.negate()));
+    }
+
+    #[test]
+    fn negate_bytes_matches_typed_negation() {
+        for v in [0u8, 1, 127, 128, 255] {
+            check(v);
+        }
+        for v in [0i32, 1, -1, i32::MIN, i32::MAX] {
+            check(v);
+        }
+        for v in [0u32, 1, u32::MAX] {
+            check(v);
+        }
+        for v in [0i64, -7, i64::MIN] {
+            check(v);
+        }
+        for v in [0.0f32, -0.0, 1.5, f32::INFINITY, f32::NAN] {
+            check(v);
+        }
+        for v in [0.0f64, -2.25, f64::NEG_INFINITY] {
+            check(v);
+        }
+        check(half::f16::from_f32(-3.5));
+        assert_eq!((-5i32).negate(), 5);
+        assert_eq!(2.0f32.negate(), -2.0);
+    }
+
+    #[test]
+    fn dtype_names_round_trip() {
+        for d in DType::ALL {
+            assert_eq!(d.name().parse::<DType>().unwrap(), d);
+        }
+        assert!("float128".parse::<DType>().is_err());
+    }
+}

@@ -1,0 +1,121 @@
+//! The error type shared by every gpubuf crate.
+//!
+//! Each variant says what the caller can do about it; [`Error::is_retryable`] answers the
+//! common question "does trying again (after freeing memory or waiting) make sense?".
+
+use crate::BackendKind;
+
+/// Result alias used across gpubuf.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong in gpubuf, from bad user input to driver failures.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The device could not provide `requested` bytes. Retrying after freeing memory may succeed.
+    #[error("out of memory: requested {requested} bytes{}", fmt_available(*available))]
+    OutOfMemory {
+        /// Bytes asked for.
+        requested: usize,
+        /// Bytes the device (or pool limit) still had, when known.
+        available: Option<usize>,
+    },
+    /// An array's shape is not the one the operation needs.
+    #[error("shape mismatch: expected {expected:?}, got {got:?}")]
+    ShapeMismatch {
+        /// The shape the operation needs.
+        expected: Vec<usize>,
+        /// The shape it was given.
+        got: Vec<usize>,
+    },
+    /// An array's element type is not the one the operation needs.
+    #[error("dtype mismatch: expected {expected}, got {got}")]
+    DTypeMismatch {
+        /// The dtype the operation needs.
+        expected: crate::DType,
+        /// The dtype it was given.
+        got: crate::DType,
+    },
+    /// A fixed-capacity container cannot take `adding` more elements.
+    #[error("capacity exceeded: capacity {capacity}, holding {len}, adding {adding}")]
+    Capacity {
+        /// Total capacity in elements.
+        capacity: usize,
+        /// Elements already held.
+        len: usize,
+        /// Elements the operation tried to add.
+        adding: usize,
+    },
+    /// An index or byte range lies outside the object it addresses.
+    #[error("out of bounds: {what} (range {start}..{end} of length {len})")]
+    OutOfBounds {
+        /// What was addressed.
+        what: String,
+        /// First index of the requested range.
+        start: usize,
+        /// One past the last index of the requested range.
+        end: usize,
+        /// Length of the addressed object.
+        len: usize,
+    },
+    /// A copy plan is malformed (bad source, out-of-bounds box, overlapping writes).
+    #[error("invalid copy plan: {0}")]
+    InvalidPlan(String),
+    /// An argument is invalid for a reason not covered by a more specific variant.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+    /// The backend is not compiled in, or cannot run on this machine (no runtime, no device).
+    #[error("backend {backend} unavailable: {reason}")]
+    BackendUnavailable {
+        /// The backend that was asked for.
+        backend: BackendKind,
+        /// Why it cannot be used.
+        reason: String,
+    },
+    /// Two objects that must live on the same device do not.
+    #[error("device mismatch: {0}")]
+    DeviceMismatch(String),
+    /// A kernel failed to compile; `log` carries the compiler's build log.
+    #[error("{backend} kernel build failed: {log}")]
+    Build {
+        /// The backend whose compiler failed.
+        backend: BackendKind,
+        /// The build log.
+        log: String,
+    },
+    /// The driver or runtime returned an error code.
+    #[error("{backend} driver error {code}: {message}")]
+    Driver {
+        /// The backend that reported it.
+        backend: BackendKind,
+        /// The driver's numeric error code.
+        code: i64,
+        /// What the driver call was and what it said.
+        message: String,
+    },
+}
+
+fn fmt_available(available: Option<usize>) -> String {
+    match available {
+        Some(a) => format!(" ({a} available)"),
+        None => String::new(),
+    }
+}
+
+impl Error {
+    /// Whether the same call may succeed later without changing its arguments:
+    /// true for [`Error::OutOfMemory`] (free memory first) and transient driver errors.
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, Error::OutOfMemory { .. })
+    }
+
+    /// Shorthand for [`Error::InvalidArgument`].
+    pub fn invalid(msg: impl Into<String>) -> Self {
+        Error::InvalidArgument(msg.into())
+    }
+
+    /// Shorthand for [`Error::InvalidPlan`].
+    pub fn plan(msg: impl Into<String>) -> Self {
+        Error::InvalidPlan(msg.into())
+    }
+}

@@ -1,0 +1,328 @@
+//! Shapes, strides and views: how an n-d array sits in a flat allocation.
+
+use crate::{Error, Result};
+use std::ops::Range;
+
+/// Memory order of a freshly created contiguous array.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Order {
+    /// Row-major: the last axis varies fastest.
+    #[default]
+    C,
+    /// Column-major: the first axis varies fastest.
+    F,
+}
+
+/// An n-d view: shape, strides in elements (may be negative or zero) and the element offset
+/// of index `[0, 0, ...]` from the start of the underlying storage.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Layout {
+    shape: Vec<usize>,
+    strides: Vec<isize>,
+    offset: usize,
+}
+
+impl Layout {
+    /// A contiguous layout of `shape` in `order`, starting at offset 0.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when the element count overflows `usize`.
+    pub fn contiguous(shape: &[usize], order: Order) -> Result<Self> {
+        checked_size(shape)?;
+        let mut strides = vec![0isize; shape.len()];
+        let mut acc = 1isize;
+        let axes: Vec<usize> = match order {
+            Order::C => (0..shape.len()).rev().collect(),
+            Order::F => (0..shape.len()).collect(),
+        };
+        for ax in axes {
+            strides[ax] = acc;
+            acc = acc.saturating_mul(shape[ax].max(1) as isize);
+        }
+        Ok(Layout { shape: shape.to_vec(), strides, offset: 0 })
+    }
+
+    /// A layout from explicit parts; checked only for matching lengths. Use
+    /// [`Layout::check_fits`] to check it against a storage length.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when `shape` and `strides` differ in length or the size overflows.
+    pub fn new(shape: Vec<usize>, strides: Vec<isize>, offset: usize) -> Result<Self> {
+        if shape.len() != strides.len() {
+            return Err(Error::invalid(format!(
+                "shape has {} axes but strides have {}",
+                shape.len(),
+                strides.len()
+            )));
+        }
+        checked_size(&shape)?;
+        Ok(Layout { shape, strides, offset })
+    }
+
+    /// The extents of each axis.
+    pub fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+
+    /// The stride of each axis, in elements.
+    pub fn strides(&self) -> &[isize] {
+        &self.strides
+    }
+
+    /// Element offset of the first index from the start of the storage.
+    pub fn offset(&self) -> usize {
+        self.offset
+    }
+
+    /// Number of axes.
+    pub fn ndim(&self) -> usize {
+        self.shape.len()
+    }
+
+    /// Number of elements (1 for a 0-d array).
+    pub fn size(&self) -> usize {
+        self.shape.iter().product()
+    }
+
+    /// The half-open range of storage elements the view can touch, or `None` when it is empty.
+    /// Fails only on arithmetic overflow.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when the view reaches below element 0 of its storage.
+    pub fn span(&self) -> Result<Option<Range<usize>>> {
+        if self.size() == 0 {
+            return Ok(None);
+        }
+        let mut lo = self.offset as i128;
+        let mut hi = self.offset as i128;
+        for (&n, &s) in self.shape.iter().zip(&self.strides) {
+            let reach = (n as i128 - 1) * s as i128;
+            if reach < 0 {
+                lo += reach;
+            } else {
+                hi += reach;
+            }
+        }
+        if lo < 0 {
+            return Err(Error::invalid(format!("view reaches element {lo}, below its storage")));
+        }
+        let hi = usize::try_from(hi + 1).map_err(|_| Error::invalid("view span overflows"))?;
+        Ok(Some(lo as usize..hi))
+    }
+
+    /// Checks that every element of the view lies inside a storage of `len` elements.
+    ///
+    /// # Errors
+    /// [`Error::OutOfBounds`] when it does not.
+    pub fn check_fits(&self, len: usize) -> Result<()> {
+        if let Some(r) = self.span()? {
+            if r.end > len {
+                return Err(Error::OutOfBounds {
+                    what: "view in storage (elements)".into(),
+                    start: r.start,
+                    end: r.end,
+                    len,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether elements are laid out densely in C order from `offset`.
+    pub fn is_c_contiguous(&self) -> bool {
+        self.dense_in(self.shape.len(), |i| self.shape.len() - 1 - i)
+    }
+
+    /// Whether elements are laid out densely in F order from `offset`.
+    pub fn is_f_contiguous(&self) -> bool {
+        self.dense_in(self.shape.len(), |i| i)
+    }
+
+    fn dense_in(&self, n: usize, axis: impl Fn(usize) -> usize) -> bool {
+        if self.size() <= 1 {
+            return true;
+        }
+        let mut expect = 1isize;
+        for i in 0..n {
+            let ax = axis(i);
+            if self.shape[ax] != 1 && self.strides[ax] != expect {
+                return false;
+            }
+            expect *= self.shape[ax] as isize;
+        }
+        true
+    }
+
+    /// Storage index of a multi-index.
+    ///
+    /// # Errors
+    /// [`Error::OutOfBounds`] when the index has the wrong length or exceeds the shape.
+    pub fn index_of(&self, index: &[usize]) -> Result<usize> {
+        if index.len() != self.ndim() {
+            return Err(Error::ShapeMismatch { expected: self.shape.clone(), got: index.to_vec() });
+        }
+        let mut at = self.offset as isize;
+        for (ax, (&i, (&n, &s))) in index.iter().zip(self.shape.iter().zip(&self.strides)).enumerate() {
+            if i >= n {
+                return Err(Error::OutOfBounds { what: format!("index on axis {ax}"), start: i, end: i + 1, len: n });
+            }
+            at += i as isize * s;
+        }
+        Ok(at as usize)
+    }
+
+    /// A view with the axes reordered: axis `k` of the result is axis `axes[k]` of `self`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when `axes` is not a permutation of `0..ndim`.
+    pub fn permuted(&self, axes: &[usize]) -> Result<Self> {
+        let mut seen = vec![false; self.ndim()];
+        if axes.len() != self.ndim() {
+            return Err(Error::invalid(format!("permutation {axes:?} for {} axes", self.ndim())));
+        }
+        for &a in axes {
+            if a >= self.ndim() || std::mem::replace(&mut seen[a], true) {
+                return Err(Error::invalid(format!("{axes:?} is not a permutation")));
+            }
+        }
+        Ok(Layout {
+            shape: axes.iter().map(|&a| self.shape[a]).collect(),
+            strides: axes.iter().map(|&a| self.strides[a]).collect(),
+            offset: self.offset,
+        })
+    }
+
+    /// The view with its axes reversed (numpy's `.T`).
+    pub fn transposed(&self) -> Self {
+        Layout {
+            shape: self.shape.iter().rev().copied().collect(),
+            strides: self.strides.iter().rev().copied().collect(),
+            offset: self.offset,
+        }
+    }
+
+    /// A sub-view taking `ranges[k]` on axis `k` (step 1).
+    ///
+    /// # Errors
+    /// [`Error::ShapeMismatch`] for the wrong number of ranges, [`Error::OutOfBounds`] for a
+    /// range outside its axis or reversed.
+    pub fn sliced(&self, ranges: &[Range<usize>]) -> Result<Self> {
+        if ranges.len() != self.ndim() {
+            return Err(Error::ShapeMismatch {
+                expected: vec![self.ndim()],
+                got: vec![ranges.len()],
+            });
+        }
+        let mut offset = self.offset as isize;
+        let mut shape = Vec::with_capacity(self.ndim());
+        for (ax, r) in ranges.iter().enumerate() {
+            if r.start > r.end || r.end > self.shape[ax] {
+                return Err(Error::OutOfBounds {
+                    what: format!("slice on axis {ax}"),
+                    start: r.start,
+                    end: r.end,
+                    len: self.shape[ax],
+                });
+            }
+            if r.end > r.start {
+                offset += r.start as isize * self.strides[ax];
+            }
+            shape.push(r.end - r.start);
+        }
+        Ok(Layout { shape, strides: self.strides.clone(), offset: offset.max(0) as usize })
+    }
+
+    /// The view with axis `axis` reversed (numpy's `flip`): the stride is negated and the
+    /// offset moves to the old last element.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when `axis` does not exist.
+    pub fn flipped(&self, axis: usize) -> Result<Self> {
+        if axis >= self.ndim() {
+            return Err(Error::invalid(format!("axis {axis} of a {}-d view", self.ndim())));
+        }
+        let mut out = self.clone();
+        let n = self.shape[axis];
+        if n > 0 {
+            let shift = (n as isize - 1) * self.strides[axis];
+            out.offset = (self.offset as isize + shift) as usize;
+        }
+        out.strides[axis] = -self.strides[axis];
+        Ok(out)
+    }
+
+    /// The same storage seen with another shape; only for C-contiguous views.
+    ///
+    /// # Errors
+    /// [`Error::ShapeMismatch`] when the sizes differ, [`Error::InvalidArgument`] when the view
+    /// is not C-contiguous.
+    pub fn reshaped(&self, shape: &[usize]) -> Result<Self> {
+        if checked_size(shape)? != self.size() {
+            return Err(Error::ShapeMismatch { expected: self.shape.clone(), got: shape.to_vec() });
+        }
+        if !self.is_c_contiguous() {
+            return Err(Error::invalid("reshape of a non-contiguous view needs a copy"));
+        }
+        let mut l = Layout::contiguous(shape, Order::C)?;
+        l.offset = self.offset;
+        Ok(l)
+    }
+
+    /// The same view moved by `delta` elements in its storage.
+    pub fn with_offset(mut self, offset: usize) -> Self {
+        self.offset = offset;
+        self
+    }
+}
+
+/// The product of `shape`, or an error when it overflows `usize`.
+///
+/// # Errors
+/// [`Error::InvalidArgument`] on overflow.
+pub fn checked_size(shape: &[usize]) -> Result<usize> {
+    shape
+        .iter()
+        .try_fold(1usize, |acc, &n| acc.checked_mul(n))
+        .filter(|&n| n <= isize::MAX as usize)
+        .ok_or_else(|| Error::invalid(format!("shape {shape:?} has too many elements")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn contiguous_strides() {
+        let c = Layout::contiguous(&[2, 3, 4], Order::C).unwrap();
+        assert_eq!(c.strides(), &[12, 4, 1]);
+        assert!(c.is_c_contiguous() && !c.is_f_contiguous());
+        let f = Layout::contiguous(&[2, 3, 4], Order::F).unwrap();
+        assert_eq!(f.strides(), &[1, 2, 6]);
+        assert!(f.is_f_contiguous() && !f.is_c_contiguous());
+        assert_eq!(c.transposed().strides(), &[1, 4, 12]);
+        assert!(c.transposed().is_f_contiguous());
+    }
+
+    #[test]
+    fn slicing_and_flipping() {
+        let c = Layout::contiguous(&[4, 5], Order::C).unwrap();
+        let s = c.sliced(&[1..3, 2..5]).unwrap();
+        assert_eq!(s.offset(), 7);
+        assert_eq!(s.span().unwrap(), Some(7..15));
+        let f = s.flipped(1).unwrap();
+        assert_eq!(f.index_of(&[0, 0]).unwrap(), 9);
+        assert_eq!(f.index_of(&[1, 2]).unwrap(), 12);
+        assert!(c.sliced(&[0..5, 0..1]).is_err());
+        assert!(c.sliced(&[3..2, 0..1]).is_err());
+        assert!(c.index_of(&[4, 0]).is_err());
+        assert!(c.reshaped(&[21]).is_err());
+        assert_eq!(c.reshaped(&[20]).unwrap().shape(), &[20]);
+        assert!(s.reshaped(&[6]).is_err());
+    }
+
+    #[test]
+    fn overflow_is_an_error() {
+        assert!(Layout::contiguous(&[usize::MAX, 2], Order::C).is_err());
+        assert!(Layout::new(vec![1], vec![], 0).is_err());
+    }
+}

@@ -1,0 +1,254 @@
+//! [`CpuBackend`]: the backend traits over host memory.
+
+use crate::kernels::{execute, Direction};
+use crate::memory::{lock_all, CpuMemory};
+use gpubuf_core::{
+    check_copy, check_fill, check_plan_args, Allocator, Backend, BackendKind, CopyPlan, DType, DeviceInfo,
+    Error, Kernels, MemRef, MemoryInfo, PreparedPlan, Result,
+};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// The CPU backend. Always available. Streams are in-order by construction: every
+/// operation runs to completion when it is submitted, so events are complete as soon as
+/// they are recorded and `synchronize` returns at once.
+#[derive(Clone, Debug)]
+pub struct CpuBackend {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    default_stream: CpuStream,
+    next_stream: AtomicU64,
+}
+
+/// A CPU stream: a name only, since work runs at submission.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CpuStream {
+    id: u64,
+}
+
+impl CpuStream {
+    /// The stream's number (0 is the default stream).
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+}
+
+/// A CPU event: complete when recorded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CpuEvent;
+
+/// A plan prepared for the CPU (the plan itself; nothing to upload).
+#[derive(Debug, Clone)]
+pub struct CpuPlan {
+    plan: CopyPlan,
+    dtype: DType,
+}
+
+impl PreparedPlan for CpuPlan {
+    fn plan(&self) -> &CopyPlan {
+        &self.plan
+    }
+    fn dtype(&self) -> DType {
+        self.dtype
+    }
+}
+
+impl Default for CpuBackend {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl CpuBackend {
+    /// A handle to the host "device". Handles made by `new` are distinct devices as far as
+    /// [`Backend::same_device`] is concerned; clone a handle to share it.
+    pub fn new() -> Self {
+        CpuBackend {
+            inner: Arc::new(Inner { default_stream: CpuStream { id: 0 }, next_stream: AtomicU64::new(1) }),
+        }
+    }
+}
+
+impl Allocator for CpuBackend {
+    type Memory = CpuMemory;
+
+    fn allocate(&self, bytes: usize) -> Result<CpuMemory> {
+        CpuMemory::new(bytes, false)
+    }
+
+    fn allocate_immediate(&self, bytes: usize) -> Result<CpuMemory> {
+        CpuMemory::new(bytes, true)
+    }
+
+    fn memory_info(&self) -> Option<MemoryInfo> {
+        let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+        let field = |name: &str| -> Option<u64> {
+            let line = text.lines().find(|l| l.starts_with(name))?;
+            line.split_whitespace().nth(1)?.parse::<u64>().ok().map(|kib| kib * 1024)
+        };
+        Some(MemoryInfo { free: field("MemAvailable:")?, total: field("MemTotal:")? })
+    }
+}
+
+fn cpu_name() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|t| t.lines().find(|l| l.starts_with("model name")).map(|l| l.to_string()))
+        .and_then(|l| l.split_once(':').map(|(_, v)| v.trim().to_string()))
+        .unwrap_or_else(|| std::env::consts::ARCH.to_string())
+}
+
+impl Backend for CpuBackend {
+    type Stream = CpuStream;
+    type Event = CpuEvent;
+    const KIND: BackendKind = BackendKind::Cpu;
+
+    fn info(&self) -> DeviceInfo {
+        DeviceInfo {
+            backend: BackendKind::Cpu,
+            name: cpu_name(),
+            vendor: "host".into(),
+            version: format!("rayon, {} threads", rayon::current_num_threads()),
+            total_memory: self.memory_info().map_or(0, |m| m.total),
+            compute_units: rayon::current_num_threads() as u32,
+        }
+    }
+
+    fn same_device(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+
+    fn default_stream(&self) -> &CpuStream {
+        &self.inner.default_stream
+    }
+
+    fn new_stream(&self) -> Result<CpuStream> {
+        Ok(CpuStream { id: self.inner.next_stream.fetch_add(1, Ordering::Relaxed) })
+    }
+
+    fn write(&self, _stream: &CpuStream, dst: &CpuMemory, offset: usize, src: &[u8]) -> Result<()> {
+        MemRef::new(dst, offset, src.len())?;
+        let _span = tracing::trace_span!("cpu.write", bytes = src.len()).entered();
+        dst.with_bytes_mut(|d| d[offset..offset + src.len()].copy_from_slice(src));
+        Ok(())
+    }
+
+    fn read(&self, _stream: &CpuStream, src: &CpuMemory, offset: usize, dst: &mut [u8]) -> Result<()> {
+        MemRef::new(src, offset, dst.len())?;
+        let _span = tracing::trace_span!("cpu.read", bytes = dst.len()).entered();
+        src.with_bytes(|s| dst.copy_from_slice(&s[offset..offset + dst.len()]));
+        Ok(())
+    }
+
+    fn copy(&self, _stream: &CpuStream, src: MemRef<'_, CpuMemory>, dst: &CpuMemory, dst_offset: usize) -> Result<()> {
+        check_copy(&src, dst, dst_offset)?;
+        let _span = tracing::trace_span!("cpu.copy", bytes = src.len).entered();
+        let (_guards, ptrs) = lock_all(&[src.memory, dst]);
+        // SAFETY: both ranges were checked inside their allocations and not to overlap;
+        // the locks of both allocations are held.
+        unsafe { std::ptr::copy_nonoverlapping(ptrs[0].add(src.offset), ptrs[1].add(dst_offset), src.len) };
+        Ok(())
+    }
+
+    fn fill(&self, _stream: &CpuStream, dst: MemRef<'_, CpuMemory>, pattern: &[u8]) -> Result<()> {
+        check_fill(&dst, pattern)?;
+        let _span = tracing::trace_span!("cpu.fill", bytes = dst.len).entered();
+        dst.memory.with_bytes_mut(|d| {
+            let range = &mut d[dst.offset..dst.offset + dst.len];
+            if pattern.iter().all(|&b| b == pattern[0]) {
+                range.fill(pattern[0]);
+            } else {
+                for chunk in range.chunks_exact_mut(pattern.len()) {
+                    chunk.copy_from_slice(pattern);
+                }
+            }
+        });
+        Ok(())
+    }
+
+    fn record_event(&self, _stream: &CpuStream) -> Result<CpuEvent> {
+        Ok(CpuEvent)
+    }
+
+    fn event_complete(&self, _event: &CpuEvent) -> Result<bool> {
+        Ok(true)
+    }
+
+    fn wait_event(&self, _event: &CpuEvent) -> Result<()> {
+        Ok(())
+    }
+
+    fn stream_wait(&self, _stream: &CpuStream, _event: &CpuEvent) -> Result<()> {
+        Ok(())
+    }
+
+    fn synchronize(&self, _stream: &CpuStream) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// Checks that scatter targets share no byte with each other (they are all written).
+fn check_targets_disjoint(targets: &[MemRef<'_, CpuMemory>]) -> Result<()> {
+    for (i, a) in targets.iter().enumerate() {
+        for (j, b) in targets.iter().enumerate().skip(i + 1) {
+            if a.overlaps(b) {
+                return Err(Error::invalid(format!("scatter targets {i} and {j} overlap")));
+            }
+        }
+    }
+    Ok(())
+}
+
+impl Kernels for CpuBackend {
+    type Plan = CpuPlan;
+
+    fn prepare(&self, plan: &CopyPlan, dtype: DType) -> Result<CpuPlan> {
+        Ok(CpuPlan { plan: plan.clone(), dtype })
+    }
+
+    fn gather(
+        &self,
+        _stream: &CpuStream,
+        plan: &CpuPlan,
+        sources: &[MemRef<'_, CpuMemory>],
+        dst: MemRef<'_, CpuMemory>,
+    ) -> Result<()> {
+        check_plan_args(&plan.plan, plan.dtype, sources, dst)?;
+        let _span = tracing::trace_span!("cpu.gather", elements = plan.plan.total()).entered();
+        run(plan, sources, dst, Direction::Gather);
+        Ok(())
+    }
+
+    fn scatter(
+        &self,
+        _stream: &CpuStream,
+        plan: &CpuPlan,
+        src: MemRef<'_, CpuMemory>,
+        targets: &[MemRef<'_, CpuMemory>],
+    ) -> Result<()> {
+        check_plan_args(&plan.plan, plan.dtype, targets, src)?;
+        check_targets_disjoint(targets)?;
+        plan.plan.check_scatter()?;
+        let _span = tracing::trace_span!("cpu.scatter", elements = plan.plan.total()).entered();
+        run(plan, targets, src, Direction::Scatter);
+        Ok(())
+    }
+}
+
+fn run(plan: &CpuPlan, arrays: &[MemRef<'_, CpuMemory>], buffer: MemRef<'_, CpuMemory>, dir: Direction) {
+    let mut mems: Vec<&CpuMemory> = arrays.iter().map(|a| a.memory).collect();
+    mems.push(buffer.memory);
+    let (_guards, ptrs) = lock_all(&mems);
+    // SAFETY: `check_plan_args` proved every range inside its allocation, long enough for
+    // the plan, aligned to the dtype, and the buffer disjoint from the arrays; for scatter
+    // the targets are disjoint and the plan writes each element once. The locks of every
+    // allocation involved are held until `_guards` drops.
+    unsafe {
+        let array_ptrs: Vec<*mut u8> = arrays.iter().zip(&ptrs).map(|(a, p)| p.add(a.offset)).collect();
+        let buf = ptrs[arrays.len()].add(buffer.offset);
+        execute(&plan.plan, plan.dtype, &array_ptrs, buf, dir);
+    }
+}

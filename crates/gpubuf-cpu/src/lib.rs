@@ -1,0 +1,34 @@
+//! gpubuf-cpu: the CPU backend.
+//!
+//! Host memory aligned to 64 bytes, streams that run work at submission, and copy plans
+//! executed by rayon over rows (see [`CpuBackend`]). [`with_array`] and
+//! [`with_array_mut`] lend an allocation to ndarray without copying.
+//!
+//! ```
+//! use gpubuf_core::{Allocator, Backend, CopyPlan, DType, Kernels, MemRef, Segment};
+//! use gpubuf_cpu::CpuBackend;
+//!
+//! let cpu = CpuBackend::new();
+//! let s = cpu.default_stream();
+//! let src = cpu.allocate(4 * 4)?;
+//! let bytes: Vec<u8> = [1i32, 2, 3, 4].iter().flat_map(|v| v.to_le_bytes()).collect();
+//! cpu.write(s, &src, 0, &bytes)?;
+//! // Gather the four i32 values reversed (stride -1), negated.
+//! let seg = Segment::new(0, 3, &[(4, -1)], 0)?.negated(true);
+//! let plan = cpu.prepare(&CopyPlan::new(vec![4], 4, vec![seg])?, DType::I32)?;
+//! let dst = cpu.allocate(16)?;
+//! cpu.gather(s, &plan, &[MemRef::whole(&src)], MemRef::whole(&dst))?;
+//! let mut out = [0u8; 16];
+//! cpu.read(s, &dst, 0, &mut out)?;
+//! assert_eq!(out[..4], (-4i32).to_le_bytes());
+//! # Ok::<(), gpubuf_core::Error>(())
+//! ```
+
+mod array;
+mod backend;
+mod kernels;
+mod memory;
+
+pub use array::{with_array, with_array_mut};
+pub use backend::{CpuBackend, CpuEvent, CpuPlan, CpuStream};
+pub use memory::{CpuMemory, ALIGN};

@@ -1,0 +1,121 @@
+//! 64-byte aligned host allocations with a per-allocation lock.
+//!
+//! The CPU backend shares allocations between handles (`&CpuMemory`), as device memory is
+//! shared on a GPU. To keep that free of data races in Rust's sense, every operation holds
+//! the allocation's lock while it touches the bytes; operations on several allocations
+//! take the locks in address order, so they cannot deadlock.
+
+use gpubuf_core::{DeviceMemory, Error, Result};
+use parking_lot::{Mutex, MutexGuard};
+use std::alloc::{alloc_zeroed, dealloc, Layout};
+use std::fmt;
+use std::ptr::NonNull;
+
+/// Alignment of every CPU allocation, in bytes.
+pub const ALIGN: usize = 64;
+
+/// One host allocation, zero-initialised, aligned to [`ALIGN`] bytes.
+pub struct CpuMemory {
+    ptr: NonNull<u8>,
+    len: usize,
+    lock: Mutex<()>,
+}
+
+// SAFETY: the allocation is owned by this value and every access to its bytes happens while
+// `lock` is held (see `Locked`), so sharing references across threads cannot race.
+unsafe impl Send for CpuMemory {}
+// SAFETY: as above.
+unsafe impl Sync for CpuMemory {}
+
+impl fmt::Debug for CpuMemory {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CpuMemory").field("ptr", &self.ptr).field("len", &self.len).finish()
+    }
+}
+
+impl CpuMemory {
+    /// Allocates `len` zeroed bytes; with `touch`, writes every page so it is resident.
+    pub(crate) fn new(len: usize, touch: bool) -> Result<Self> {
+        if len == 0 {
+            let ptr = NonNull::new(ALIGN as *mut u8).ok_or_else(|| Error::invalid("null"))?;
+            return Ok(CpuMemory { ptr, len, lock: Mutex::new(()) });
+        }
+        let layout =
+            Layout::from_size_align(len, ALIGN).map_err(|_| Error::OutOfMemory { requested: len, available: None })?;
+        // SAFETY: `layout` has a non-zero size.
+        let raw = unsafe { alloc_zeroed(layout) };
+        let ptr = NonNull::new(raw).ok_or(Error::OutOfMemory { requested: len, available: None })?;
+        if touch {
+            for page in (0..len).step_by(4096) {
+                // SAFETY: `page < len`, inside the allocation we own exclusively here.
+                unsafe { ptr.as_ptr().add(page).write_volatile(0) };
+            }
+        }
+        Ok(CpuMemory { ptr, len, lock: Mutex::new(()) })
+    }
+
+    /// Locks the allocation for exclusive access.
+    pub(crate) fn lock(&self) -> Locked<'_> {
+        Locked { mem: self, _guard: self.lock.lock() }
+    }
+
+    /// Runs `f` on the bytes while holding the lock.
+    pub fn with_bytes<R>(&self, f: impl FnOnce(&[u8]) -> R) -> R {
+        let l = self.lock();
+        f(l.bytes())
+    }
+
+    /// Runs `f` on the bytes, mutably, while holding the lock.
+    pub fn with_bytes_mut<R>(&self, f: impl FnOnce(&mut [u8]) -> R) -> R {
+        let mut l = self.lock();
+        f(l.bytes_mut())
+    }
+}
+
+impl Drop for CpuMemory {
+    fn drop(&mut self) {
+        if self.len > 0 {
+            // SAFETY: allocated in `new` with this size and alignment, freed once.
+            unsafe { dealloc(self.ptr.as_ptr(), Layout::from_size_align_unchecked(self.len, ALIGN)) };
+        }
+    }
+}
+
+impl DeviceMemory for CpuMemory {
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn id(&self) -> usize {
+        self as *const CpuMemory as usize
+    }
+}
+
+/// An allocation whose lock is held: the holder may read and write its bytes.
+pub(crate) struct Locked<'a> {
+    mem: &'a CpuMemory,
+    _guard: MutexGuard<'a, ()>,
+}
+
+impl Locked<'_> {
+    pub(crate) fn bytes(&self) -> &[u8] {
+        // SAFETY: ptr/len describe our live allocation; the lock excludes other accessors.
+        unsafe { std::slice::from_raw_parts(self.mem.ptr.as_ptr(), self.mem.len) }
+    }
+
+    pub(crate) fn bytes_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as in `bytes`; `&mut self` makes this the only slice handed out.
+        unsafe { std::slice::from_raw_parts_mut(self.mem.ptr.as_ptr(), self.mem.len) }
+    }
+}
+
+/// Locks every distinct allocation among `mems` in address order; returns the guards and,
+/// for each input, the base pointer of its allocation.
+pub(crate) fn lock_all<'a>(mems: &[&'a CpuMemory]) -> (Vec<Locked<'a>>, Vec<*mut u8>) {
+    let mut order: Vec<&CpuMemory> = mems.to_vec();
+    order.sort_by_key(|m| m.id());
+    order.dedup_by_key(|m| m.id());
+    let guards: Vec<Locked<'a>> = order.iter().map(|m| m.lock()).collect();
+    let ptrs = mems.iter().map(|m| m.ptr.as_ptr()).collect();
+    (guards, ptrs)
+}
