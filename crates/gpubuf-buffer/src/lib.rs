@@ -1,1 +1,22 @@
-//! placeholder
+//! gpubuf-buffer: zarr-style [`Buffer`] (untyped bytes) and [`NDBuffer`] (typed n-d arrays)
+//! on any backend.
+//!
+//! ```
+//! use gpubuf_buffer::NDBuffer;
+//! use gpubuf_core::Order;
+//! use gpubuf_cpu::CpuBackend;
+//!
+//! let cpu = CpuBackend::new();
+//! let a = NDBuffer::<_, f32>::from_slice(&cpu, &[2, 3], &[1., 2., 3., 4., 5., 6.])?;
+//! let t = a.transpose(None)?; // a view: no copy
+//! assert_eq!(t.to_vec()?, vec![1., 4., 2., 5., 3., 6.]);
+//! let z = NDBuffer::<_, i32>::create(&cpu, &[4], Order::C, None)?;
+//! assert!(z.all_equal(0)?);
+//! # Ok::<(), gpubuf_core::Error>(())
+//! ```
+
+mod buffer;
+mod ndbuffer;
+
+pub use buffer::Buffer;
+pub use ndbuffer::NDBuffer;

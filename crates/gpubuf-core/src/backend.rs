@@ -404,3 +404,27 @@ pub fn check_copy<M: DeviceMemory>(src: &MemRef<'_, M>, dst: &M, dst_offset: usi
     }
     Ok(())
 }
+
+/// Checks the arguments of a scatter: those of [`check_plan_args`], targets that share no
+/// byte with each other (all of them are written), and a plan that writes each target
+/// element once ([`CopyPlan::check_scatter`]).
+///
+/// # Errors
+/// As [`check_plan_args`], plus [`Error::InvalidArgument`] for overlapping targets and
+/// [`Error::InvalidPlan`] for a plan that writes an element twice.
+pub fn check_scatter_args<M: DeviceMemory>(
+    plan: &CopyPlan,
+    dtype: DType,
+    targets: &[MemRef<'_, M>],
+    buffer: MemRef<'_, M>,
+) -> Result<()> {
+    check_plan_args(plan, dtype, targets, buffer)?;
+    for (i, a) in targets.iter().enumerate() {
+        for (j, b) in targets.iter().enumerate().skip(i + 1) {
+            if a.overlaps(b) {
+                return Err(Error::invalid(format!("scatter targets {i} and {j} overlap")));
+            }
+        }
+    }
+    plan.check_scatter()
+}

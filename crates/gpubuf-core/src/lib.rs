@@ -29,7 +29,7 @@ mod layout;
 mod plan;
 
 pub use backend::{
-    check_copy, check_fill, check_plan_args, Allocator, Backend, BackendKind, DeviceInfo, DeviceMemory,
+    check_copy, check_fill, check_plan_args, check_scatter_args, Allocator, Backend, BackendKind, DeviceInfo, DeviceMemory,
     Kernels, MemRef, MemoryInfo, PreparedPlan,
 };
 pub use dtype::{DType, Element};

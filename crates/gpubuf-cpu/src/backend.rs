@@ -3,8 +3,8 @@
 use crate::kernels::{execute, Direction};
 use crate::memory::{lock_all, CpuMemory};
 use gpubuf_core::{
-    check_copy, check_fill, check_plan_args, Allocator, Backend, BackendKind, CopyPlan, DType, DeviceInfo,
-    Error, Kernels, MemRef, MemoryInfo, PreparedPlan, Result,
+    check_copy, check_fill, check_plan_args, check_scatter_args, Allocator, Backend, BackendKind, CopyPlan, DType, DeviceInfo,
+    Kernels, MemRef, MemoryInfo, PreparedPlan, Result,
 };
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -190,18 +190,6 @@ impl Backend for CpuBackend {
     }
 }
 
-/// Checks that scatter targets share no byte with each other (they are all written).
-fn check_targets_disjoint(targets: &[MemRef<'_, CpuMemory>]) -> Result<()> {
-    for (i, a) in targets.iter().enumerate() {
-        for (j, b) in targets.iter().enumerate().skip(i + 1) {
-            if a.overlaps(b) {
-                return Err(Error::invalid(format!("scatter targets {i} and {j} overlap")));
-            }
-        }
-    }
-    Ok(())
-}
-
 impl Kernels for CpuBackend {
     type Plan = CpuPlan;
 
@@ -229,9 +217,7 @@ impl Kernels for CpuBackend {
         src: MemRef<'_, CpuMemory>,
         targets: &[MemRef<'_, CpuMemory>],
     ) -> Result<()> {
-        check_plan_args(&plan.plan, plan.dtype, targets, src)?;
-        check_targets_disjoint(targets)?;
-        plan.plan.check_scatter()?;
+        check_scatter_args(&plan.plan, plan.dtype, targets, src)?;
         let _span = tracing::trace_span!("cpu.scatter", elements = plan.plan.total()).entered();
         run(plan, targets, src, Direction::Scatter);
         Ok(())

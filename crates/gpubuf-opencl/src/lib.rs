@@ -1,1 +1,34 @@
-//! placeholder
+//! gpubuf-opencl: the OpenCL backend, on opencl3 with the runtime loaded dynamically.
+//!
+//! [`OpenClBackend::new`] returns [`gpubuf_core::Error::BackendUnavailable`] instead of
+//! panicking when no runtime or device exists. Copy plans run as one kernel launch from
+//! `kernels/opencl/plan.cl`, built once per context and slot count.
+//!
+//! ```
+//! use gpubuf_core::{Allocator, Backend};
+//! use gpubuf_opencl::OpenClBackend;
+//!
+//! match OpenClBackend::new() {
+//!     Ok(cl) => {
+//!         let s = cl.default_stream();
+//!         let mem = cl.allocate(16)?;
+//!         cl.write(s, &mem, 0, &[7u8; 16])?;
+//!         let mut back = [0u8; 16];
+//!         cl.read(s, &mem, 0, &mut back)?;
+//!         assert_eq!(back, [7u8; 16]);
+//!     }
+//!     Err(e) => println!("no OpenCL here: {e}"),
+//! }
+//! # Ok::<(), gpubuf_core::Error>(())
+//! ```
+
+mod backend;
+mod device;
+mod error;
+mod kernels;
+mod memory;
+
+pub use backend::{ClEvent, ClStream, OpenClBackend};
+pub use device::{devices, runtime_available, ClDeviceEntry, DEVICE_ENV};
+pub use kernels::{prelude, ClPlan, MAX_SLOTS, PLAN_SOURCE};
+pub use memory::ClMemory;

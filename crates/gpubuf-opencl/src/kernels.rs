@@ -1,0 +1,316 @@
+//! Copy plans on OpenCL: programs built once per context and cached, plan tables uploaded
+//! once per plan, and one kernel launch per plan.
+//!
+//! OpenCL 1.2 kernels cannot read buffer pointers from memory, so sources are kernel
+//! arguments: a program is built for a number of source *slots* (a power of two up to
+//! what `CL_DEVICE_MAX_PARAMETER_SIZE` allows, at most 64), unused slots bound to a
+//! placeholder. A plan with more sources than the device's slots is split by source into
+//! the fewest launches that fit.
+
+use crate::backend::{ClStream, OpenClBackend};
+use crate::error::maybe_oom;
+use crate::memory::ClMemory;
+use gpubuf_core::encode::{encode, SEG_WORDS};
+use gpubuf_core::{
+    check_plan_args, check_scatter_args, BackendKind, CopyPlan, DType, Error, Kernels, MemRef, PreparedPlan, Result,
+    Segment,
+};
+use opencl3::command_queue::enqueue_nd_range_kernel;
+use opencl3::event::Event;
+use opencl3::kernel::{set_kernel_arg, Kernel};
+use opencl3::program::Program;
+use opencl3::types::cl_mem;
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::ffi::c_void;
+use std::fmt::Write as _;
+use std::ptr;
+use std::sync::Arc;
+
+/// The kernel source, from `kernels/opencl/plan.cl`.
+pub const PLAN_SOURCE: &str = include_str!("../../../kernels/opencl/plan.cl");
+
+/// Most source slots a program is built with.
+pub const MAX_SLOTS: usize = 64;
+
+/// Programs by slot count.
+#[derive(Default)]
+pub(crate) struct ProgramCache {
+    map: Mutex<HashMap<usize, Arc<ClProgram>>>,
+    placeholder: Mutex<Option<Arc<ClMemory>>>,
+}
+
+pub(crate) struct ClProgram {
+    // Kernels by width index (1, 2, 4, 8 bytes). A kernel's arguments are set and the
+    // launch enqueued under its lock: clSetKernelArg is not thread-safe per kernel.
+    gather: Vec<Mutex<Kernel>>,
+    scatter: Vec<Mutex<Kernel>>,
+    _program: Program,
+}
+
+/// The prelude defining `SRC_PARAMS` and `SRC_PICK` for `slots` source slots.
+pub fn prelude(slots: usize) -> String {
+    let mut s = String::from("#define SRC_PARAMS(T)");
+    for i in 0..slots {
+        let _ = write!(s, " , __global T* s{i}");
+    }
+    s.push_str("\n#define SRC_PICK(i, p) switch (i) {");
+    for i in 0..slots {
+        let _ = write!(s, " case {i}: p = s{i} + offs[{i}]; break;");
+    }
+    s.push_str(" default: break; }\n");
+    s
+}
+
+fn width_index(dtype: DType) -> usize {
+    dtype.size().trailing_zeros() as usize
+}
+
+impl OpenClBackend {
+    /// Source slots per launch on this device.
+    pub fn max_slots(&self) -> usize {
+        // Fixed arguments take 7 words; each slot one pointer.
+        let fit = (self.inner.max_param.saturating_sub(7 * 8)) / 8;
+        let mut slots = 1;
+        while slots * 2 <= fit.min(MAX_SLOTS) {
+            slots *= 2;
+        }
+        slots
+    }
+
+    /// Builds (once) and returns the program for `slots` source slots.
+    fn program(&self, slots: usize) -> Result<Arc<ClProgram>> {
+        let mut map = self.inner.programs.map.lock();
+        if let Some(p) = map.get(&slots) {
+            return Ok(p.clone());
+        }
+        let _span = tracing::debug_span!("opencl.build", slots).entered();
+        let src = format!("{}{}", prelude(slots), PLAN_SOURCE);
+        let program = Program::create_and_build_from_source(&self.inner.context, &src, "")
+            .map_err(|log| Error::Build { backend: BackendKind::OpenCl, log })?;
+        let kernels = |prefix: &str| -> Result<Vec<Mutex<Kernel>>> {
+            [1, 2, 4, 8]
+                .iter()
+                .map(|w| {
+                    Kernel::create(&program, &format!("{prefix}_{w}"))
+                        .map(Mutex::new)
+                        .map_err(|e| crate::error::cl(e, "clCreateKernel"))
+                })
+                .collect()
+        };
+        let p = Arc::new(ClProgram { gather: kernels("gather")?, scatter: kernels("scatter")?, _program: program });
+        map.insert(slots, p.clone());
+        Ok(p)
+    }
+
+    fn placeholder(&self) -> Result<Arc<ClMemory>> {
+        let mut p = self.inner.programs.placeholder.lock();
+        if let Some(m) = p.as_ref() {
+            return Ok(m.clone());
+        }
+        let m = Arc::new(ClMemory::from_words(&self.inner.context, &[0i64; 8])?);
+        *p = Some(m.clone());
+        Ok(m)
+    }
+
+    /// Compiles the plan program for `slots` slots and reports the build log on failure;
+    /// used by `gpubuf info` and tests to check the kernels build on this device.
+    ///
+    /// # Errors
+    /// [`Error::Build`] with the compiler's log.
+    pub fn build_kernels(&self, slots: usize) -> Result<()> {
+        self.program(slots.clamp(1, self.max_slots())).map(|_| ())
+    }
+}
+
+/// A plan prepared for one OpenCL device: segment tables on the device, split into the
+/// fewest launches that fit the device's source slots (one for most plans).
+pub struct ClPlan {
+    plan: CopyPlan,
+    dtype: DType,
+    parts: Vec<Part>,
+}
+
+impl std::fmt::Debug for ClPlan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClPlan").field("dtype", &self.dtype).field("launches", &self.parts.len()).finish()
+    }
+}
+
+impl ClPlan {
+    /// Kernel launches one gather or scatter of this plan takes.
+    pub fn launches(&self) -> usize {
+        self.parts.len()
+    }
+}
+
+struct Part {
+    /// Plan source index of each slot.
+    sources: Vec<usize>,
+    program: Arc<ClProgram>,
+    segs: ClMemory,
+    starts: ClMemory,
+    nseg: i32,
+    total: i64,
+    /// Element offsets of the slots in the last launch, and the buffer holding them.
+    offsets: Mutex<(Vec<i64>, Option<Arc<ClMemory>>)>,
+}
+
+impl PreparedPlan for ClPlan {
+    fn plan(&self) -> &CopyPlan {
+        &self.plan
+    }
+    fn dtype(&self) -> DType {
+        self.dtype
+    }
+}
+
+impl Kernels for OpenClBackend {
+    type Plan = ClPlan;
+
+    fn prepare(&self, plan: &CopyPlan, dtype: DType) -> Result<ClPlan> {
+        let slots_max = self.max_slots();
+        let nsrc = plan.source_lens().len();
+        let mut parts = Vec::new();
+        for group in (0..nsrc).collect::<Vec<_>>().chunks(slots_max.max(1)) {
+            let (first, count) = (group[0], group.len());
+            let segments: Vec<Segment> = plan
+                .segments()
+                .iter()
+                .filter(|s| s.source >= first && s.source < first + count && !s.is_empty())
+                .map(|s| Segment { source: s.source - first, ..*s })
+                .collect();
+            if segments.is_empty() {
+                continue;
+            }
+            let lens = plan.source_lens()[first..first + count].to_vec();
+            let enc = encode(&CopyPlan::new(lens, plan.buffer_len(), segments)?);
+            debug_assert_eq!(enc.segments.len(), enc.nseg() * SEG_WORDS);
+            let nseg = i32::try_from(enc.nseg()).map_err(|_| Error::plan("more than 2^31 segments"))?;
+            let slots = count.next_power_of_two();
+            parts.push(Part {
+                sources: group.to_vec(),
+                program: self.program(slots)?,
+                segs: ClMemory::from_words(&self.inner.context, &enc.segments)?,
+                starts: ClMemory::from_words(&self.inner.context, &enc.starts)?,
+                nseg,
+                total: enc.total as i64,
+                offsets: Mutex::new((Vec::new(), None)),
+            });
+        }
+        Ok(ClPlan { plan: plan.clone(), dtype, parts })
+    }
+
+    fn gather(
+        &self,
+        stream: &ClStream,
+        plan: &ClPlan,
+        sources: &[MemRef<'_, ClMemory>],
+        dst: MemRef<'_, ClMemory>,
+    ) -> Result<()> {
+        check_plan_args(&plan.plan, plan.dtype, sources, dst)?;
+        let _span = tracing::trace_span!("opencl.gather", elements = plan.plan.total()).entered();
+        self.launch(stream, plan, sources, dst, true)
+    }
+
+    fn scatter(
+        &self,
+        stream: &ClStream,
+        plan: &ClPlan,
+        src: MemRef<'_, ClMemory>,
+        targets: &[MemRef<'_, ClMemory>],
+    ) -> Result<()> {
+        check_scatter_args(&plan.plan, plan.dtype, targets, src)?;
+        let _span = tracing::trace_span!("opencl.scatter", elements = plan.plan.total()).entered();
+        self.launch(stream, plan, targets, src, false)
+    }
+}
+
+/// Sets one kernel argument.
+///
+/// # Safety
+/// `value` must have the type the kernel declares for argument `index`.
+unsafe fn arg<T>(kernel: &Kernel, index: u32, value: &T) -> Result<()> {
+    // SAFETY: `value` is valid for `size_of::<T>()` bytes; the caller matches the type.
+    unsafe { set_kernel_arg(kernel.get(), index, std::mem::size_of::<T>(), value as *const T as *const c_void) }
+        .map_err(|c| crate::error::driver(c, &format!("clSetKernelArg({index})")))
+}
+
+impl OpenClBackend {
+    fn launch(
+        &self,
+        stream: &ClStream,
+        plan: &ClPlan,
+        arrays: &[MemRef<'_, ClMemory>],
+        buffer: MemRef<'_, ClMemory>,
+        gather: bool,
+    ) -> Result<()> {
+        let size = plan.dtype.size();
+        let w = width_index(plan.dtype);
+        let is_float = i32::from(plan.dtype.is_float());
+        let buf_off = (buffer.offset / size) as i64;
+        let placeholder = self.placeholder()?;
+        for part in &plan.parts {
+            let offsets = self.part_offsets(part, arrays, size)?;
+            let slots = part.sources.len().next_power_of_two();
+            let kernel = if gather { &part.program.gather[w] } else { &part.program.scatter[w] };
+            let kernel = kernel.lock();
+            let mems: Vec<cl_mem> = (0..slots)
+                .map(|i| match part.sources.get(i) {
+                    Some(&src) => arrays[src].memory.raw(),
+                    None => placeholder.raw(),
+                })
+                .collect();
+            // SAFETY: argument types match plan.cl: (long*, long*, int, long, int, T*, long,
+            // long*, T* x slots); every cl_mem is a live buffer of this context.
+            unsafe {
+                arg(&kernel, 0, &part.segs.raw())?;
+                arg(&kernel, 1, &part.starts.raw())?;
+                arg(&kernel, 2, &part.nseg)?;
+                arg(&kernel, 3, &part.total)?;
+                arg(&kernel, 4, &is_float)?;
+                arg(&kernel, 5, &buffer.memory.raw())?;
+                arg(&kernel, 6, &buf_off)?;
+                arg(&kernel, 7, &offsets.raw())?;
+                for (i, m) in mems.iter().enumerate() {
+                    arg(&kernel, 8 + i as u32, m)?;
+                }
+            }
+            let global = (part.total as usize).div_ceil(256) * 256;
+            // SAFETY: all arguments are set; the work size covers `total` items, and the
+            // kernel returns early for the rounding surplus.
+            let ev = unsafe {
+                enqueue_nd_range_kernel(
+                    stream.queue.get(),
+                    kernel.get(),
+                    1,
+                    ptr::null(),
+                    &global,
+                    ptr::null(),
+                    0,
+                    ptr::null(),
+                )
+            }
+            .map_err(|c| maybe_oom(c, "clEnqueueNDRangeKernel", buffer.len))?;
+            drop(Event::new(ev));
+        }
+        Ok(())
+    }
+
+    /// The device buffer of slot offsets for this launch, re-created only when they change.
+    fn part_offsets(&self, part: &Part, arrays: &[MemRef<'_, ClMemory>], size: usize) -> Result<Arc<ClMemory>> {
+        let want: Vec<i64> = part.sources.iter().map(|&s| (arrays[s].offset / size) as i64).collect();
+        let mut cached = part.offsets.lock();
+        match &cached.1 {
+            Some(m) if cached.0 == want => Ok(m.clone()),
+            _ => {
+                // A new buffer, never an in-place update: a launch still queued elsewhere
+                // keeps reading the old one, which OpenCL frees after that launch.
+                let m = Arc::new(ClMemory::from_words(&self.inner.context, &want)?);
+                *cached = (want, Some(m.clone()));
+                Ok(m)
+            }
+        }
+    }
+}
+
