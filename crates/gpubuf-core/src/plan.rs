@@ -277,6 +277,44 @@ impl CopyPlan {
     }
 }
 
+impl CopyPlan {
+    /// Splits the plan by source into sub-plans of at most `max_sources` consecutive sources
+    /// each (for backends that bind sources as kernel arguments). Each part lists the plan
+    /// sources it covers and a plan whose segments name them `0..`; parts without a
+    /// non-empty segment are dropped. Buffer offsets are unchanged.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when `max_sources` is 0.
+    pub fn split_by_source(&self, max_sources: usize) -> Result<Vec<(Vec<usize>, CopyPlan)>> {
+        if max_sources == 0 {
+            return Err(Error::invalid("max_sources must be at least 1"));
+        }
+        let mut parts = Vec::new();
+        let n = self.source_lens.len();
+        for first in (0..n).step_by(max_sources) {
+            let count = max_sources.min(n - first);
+            let segments: Vec<Segment> = self
+                .segments
+                .iter()
+                .filter(|s| s.source >= first && s.source < first + count && !s.is_empty())
+                .map(|s| Segment { source: s.source - first, ..*s })
+                .collect();
+            if segments.is_empty() {
+                continue;
+            }
+            let lens = self.source_lens[first..first + count].to_vec();
+            let plan = CopyPlan {
+                source_lens: lens,
+                buffer_len: self.buffer_len,
+                segments,
+                scatter_check: OnceLock::new(),
+            };
+            parts.push(((first..first + count).collect(), plan));
+        }
+        Ok(parts)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -306,6 +344,20 @@ mod tests {
         let other = Segment { dst_offset: 3, ..seg };
         assert!(CopyPlan::new(vec![4], 8, vec![seg, other]).is_err());
         assert!(Segment::new(0, 0, &[(1, 1); 5], 0).is_err());
+    }
+
+    #[test]
+    fn split_by_source_keeps_every_segment() {
+        let segs: Vec<Segment> =
+            (0..5).map(|i| Segment::new(i, 0, &[(2, 1)], 2 * i).unwrap()).collect();
+        let plan = CopyPlan::new(vec![2; 5], 10, segs).unwrap();
+        let parts = plan.split_by_source(2).unwrap();
+        assert_eq!(parts.len(), 3);
+        assert_eq!(parts[2].0, vec![4]);
+        assert_eq!(parts[2].1.segments()[0].source, 0);
+        assert_eq!(parts[2].1.segments()[0].dst_offset, 8);
+        assert_eq!(parts.iter().map(|p| p.1.total()).sum::<usize>(), 10);
+        assert!(plan.split_by_source(0).is_err());
     }
 
     #[test]

@@ -10,10 +10,9 @@
 use crate::backend::{ClStream, OpenClBackend};
 use crate::error::maybe_oom;
 use crate::memory::ClMemory;
-use gpubuf_core::encode::{encode, SEG_WORDS};
+use gpubuf_core::encode::encode;
 use gpubuf_core::{
     check_plan_args, check_scatter_args, BackendKind, CopyPlan, DType, Error, Kernels, MemRef, PreparedPlan, Result,
-    Segment,
 };
 use opencl3::command_queue::enqueue_nd_range_kernel;
 use opencl3::event::Event;
@@ -169,28 +168,13 @@ impl Kernels for OpenClBackend {
     type Plan = ClPlan;
 
     fn prepare(&self, plan: &CopyPlan, dtype: DType) -> Result<ClPlan> {
-        let slots_max = self.max_slots();
-        let nsrc = plan.source_lens().len();
         let mut parts = Vec::new();
-        for group in (0..nsrc).collect::<Vec<_>>().chunks(slots_max.max(1)) {
-            let (first, count) = (group[0], group.len());
-            let segments: Vec<Segment> = plan
-                .segments()
-                .iter()
-                .filter(|s| s.source >= first && s.source < first + count && !s.is_empty())
-                .map(|s| Segment { source: s.source - first, ..*s })
-                .collect();
-            if segments.is_empty() {
-                continue;
-            }
-            let lens = plan.source_lens()[first..first + count].to_vec();
-            let enc = encode(&CopyPlan::new(lens, plan.buffer_len(), segments)?);
-            debug_assert_eq!(enc.segments.len(), enc.nseg() * SEG_WORDS);
+        for (sources, sub) in plan.split_by_source(self.max_slots())? {
+            let enc = encode(&sub);
             let nseg = i32::try_from(enc.nseg()).map_err(|_| Error::plan("more than 2^31 segments"))?;
-            let slots = count.next_power_of_two();
             parts.push(Part {
-                sources: group.to_vec(),
-                program: self.program(slots)?,
+                program: self.program(sources.len().next_power_of_two())?,
+                sources,
                 segs: ClMemory::from_words(&self.inner.context, &enc.segments)?,
                 starts: ClMemory::from_words(&self.inner.context, &enc.starts)?,
                 nseg,

@@ -1,1 +1,177 @@
-//! placeholder
+//! gpubuf-testkit: run one test body on every backend.
+//!
+//! Write the body once, generic over the backend, and list it in [`backend_tests!`]:
+//!
+//! ```
+//! use gpubuf::{Kernels, NDBuffer, Result};
+//!
+//! fn zeros_are_zero<B: Kernels>(b: &B) -> Result<()> {
+//!     assert!(NDBuffer::<B, f32>::zeros(b, &[3, 4])?.all_equal(0.0)?);
+//!     Ok(())
+//! }
+//! gpubuf_testkit::backend_tests!(zeros_are_zero);
+//! # fn main() {}
+//! ```
+//!
+//! This makes tests `zeros_are_zero::cpu`, `zeros_are_zero::opencl` (with the `opencl`
+//! feature) and `zeros_are_zero::cuda` (with `cuda`). A backend whose runtime or device is
+//! missing is skipped with its reason on stderr, unless its name is listed in the
+//! `GPUBUF_REQUIRE` environment variable (`cpu,opencl`), in which case the test fails:
+//! `cargo xtask test-all` sets it for every backend it reports as run.
+
+pub mod exec;
+pub mod reference;
+pub mod strategies;
+
+use gpubuf::cpu::CpuBackend;
+use gpubuf::{BackendKind, Error, Result};
+use std::sync::OnceLock;
+
+/// Whether `kind` must be available (listed in `GPUBUF_REQUIRE`).
+pub fn required(kind: BackendKind) -> bool {
+    std::env::var("GPUBUF_REQUIRE")
+        .map(|v| v.split(',').any(|s| s.trim().eq_ignore_ascii_case(kind.name())))
+        .unwrap_or(false)
+}
+
+/// Turns "backend unavailable" into a skip (or a failure when required).
+fn available<B: Clone>(kind: BackendKind, opened: &std::result::Result<B, Error>) -> Option<B> {
+    match opened {
+        Ok(b) => Some(b.clone()),
+        Err(e) if required(kind) => panic!("{kind} is required (GPUBUF_REQUIRE) but unavailable: {e}"),
+        Err(e) => {
+            eprintln!("{kind} skipped: {e}");
+            None
+        }
+    }
+}
+
+/// The shared CPU backend.
+pub fn cpu() -> CpuBackend {
+    static B: OnceLock<CpuBackend> = OnceLock::new();
+    B.get_or_init(CpuBackend::new).clone()
+}
+
+/// The shared OpenCL backend of this test binary (programs build once), if available.
+#[cfg(feature = "opencl")]
+pub fn opencl() -> Option<gpubuf::opencl::OpenClBackend> {
+    static B: OnceLock<std::result::Result<gpubuf::opencl::OpenClBackend, Error>> = OnceLock::new();
+    available(BackendKind::OpenCl, B.get_or_init(gpubuf::opencl::OpenClBackend::new))
+}
+
+/// The shared CUDA backend of this test binary, if available.
+#[cfg(feature = "cuda")]
+pub fn cuda() -> Option<gpubuf::cuda::CudaBackend> {
+    static B: OnceLock<std::result::Result<gpubuf::cuda::CudaBackend, Error>> = OnceLock::new();
+    available(BackendKind::Cuda, B.get_or_init(gpubuf::cuda::CudaBackend::new))
+}
+
+fn check(kind: BackendKind, r: Result<()>) {
+    if let Err(e) = r {
+        panic!("test body failed on {kind}: {e}");
+    }
+}
+
+/// Runs `f` on the CPU backend.
+pub fn run_cpu(f: impl FnOnce(&CpuBackend) -> Result<()>) {
+    check(BackendKind::Cpu, f(&cpu()));
+}
+
+/// Runs `f` on OpenCL, or skips.
+#[cfg(feature = "opencl")]
+pub fn run_opencl(f: impl FnOnce(&gpubuf::opencl::OpenClBackend) -> Result<()>) {
+    if let Some(b) = opencl() {
+        check(BackendKind::OpenCl, f(&b));
+    }
+}
+
+/// Runs `f` on CUDA, or skips.
+#[cfg(feature = "cuda")]
+pub fn run_cuda(f: impl FnOnce(&gpubuf::cuda::CudaBackend) -> Result<()>) {
+    if let Some(b) = cuda() {
+        check(BackendKind::Cuda, f(&b));
+    }
+}
+
+#[cfg(feature = "opencl")]
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __on_opencl {
+    ($($t:tt)*) => { $($t)* };
+}
+#[cfg(not(feature = "opencl"))]
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __on_opencl {
+    ($($t:tt)*) => {};
+}
+#[cfg(feature = "cuda")]
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __on_cuda {
+    ($($t:tt)*) => { $($t)* };
+}
+#[cfg(not(feature = "cuda"))]
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __on_cuda {
+    ($($t:tt)*) => {};
+}
+
+/// Makes a module per body with one `#[test]` per compiled backend (`cpu`, `opencl`,
+/// `cuda`). Each body is `fn name<B: gpubuf::Kernels>(b: &B) -> gpubuf::Result<()>`.
+#[macro_export]
+macro_rules! backend_tests {
+    ($($name:ident),+ $(,)?) => {
+        $(
+            mod $name {
+                #[test]
+                fn cpu() {
+                    $crate::run_cpu(|b| super::$name(b));
+                }
+                $crate::__on_opencl! {
+                    #[test]
+                    fn opencl() {
+                        $crate::run_opencl(|b| super::$name(b));
+                    }
+                }
+                $crate::__on_cuda! {
+                    #[test]
+                    fn cuda() {
+                        $crate::run_cuda(|b| super::$name(b));
+                    }
+                }
+            }
+        )+
+    };
+}
+
+/// Calls `f` with every available backend; `f` is a [`gpubuf::BackendVisitor`]-like
+/// closure set: use [`EachBackend`] to collect one result per backend.
+pub trait EachBackend {
+    /// What one backend produces.
+    type Output;
+    /// Runs on one backend.
+    ///
+    /// # Errors
+    /// What the body returns.
+    fn run<B: gpubuf::Kernels>(&self, b: &B) -> Result<Self::Output>;
+}
+
+/// Runs `body` on every available backend; returns `(backend, output)` pairs, CPU first.
+///
+/// # Errors
+/// The first error a backend returns.
+pub fn on_every_backend<E: EachBackend>(body: &E) -> Result<Vec<(BackendKind, E::Output)>> {
+    #[allow(unused_mut)]
+    let mut out = vec![(BackendKind::Cpu, body.run(&cpu())?)];
+    #[cfg(feature = "opencl")]
+    if let Some(b) = opencl() {
+        out.push((BackendKind::OpenCl, body.run(&b)?));
+    }
+    #[cfg(feature = "cuda")]
+    if let Some(b) = cuda() {
+        out.push((BackendKind::Cuda, body.run(&b)?));
+    }
+    Ok(out)
+}

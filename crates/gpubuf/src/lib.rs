@@ -1,1 +1,37 @@
-//! placeholder
+//! gpubuf: GPU memory work on every backend.
+//!
+//! This umbrella crate re-exports the shared vocabulary ([`gpubuf_core`]), [`Buffer`] and
+//! [`NDBuffer`], and the backends selected by cargo features: `cpu` (default), `opencl`,
+//! `cuda`. A backend that was not compiled in is still nameable at run time, and asking for
+//! it gives [`Error::BackendUnavailable`] rather than a panic ([`with_backend`]).
+//!
+//! ```
+//! use gpubuf::{with_backend, BackendKind, BackendVisitor, Kernels, NDBuffer, Result};
+//!
+//! struct Sum;
+//! impl BackendVisitor for Sum {
+//!     type Output = f64;
+//!     fn visit<B: Kernels>(self, b: B) -> Result<f64> {
+//!         let a = NDBuffer::<B, f64>::from_slice(&b, &[2, 2], &[1.0, 2.0, 3.0, 4.0])?;
+//!         Ok(a.transpose(None)?.to_vec()?.iter().sum())
+//!     }
+//! }
+//! assert_eq!(with_backend(BackendKind::Cpu, Sum)?, 10.0);
+//! # Ok::<(), gpubuf::Error>(())
+//! ```
+
+mod select;
+
+pub use gpubuf_buffer::{Buffer, NDBuffer};
+pub use gpubuf_core::*;
+pub use select::{compiled, devices, status, with_backend, BackendStatus, BackendVisitor};
+
+/// The CPU backend crate.
+#[cfg(feature = "cpu")]
+pub use gpubuf_cpu as cpu;
+/// The CUDA backend crate.
+#[cfg(feature = "cuda")]
+pub use gpubuf_cuda as cuda;
+/// The OpenCL backend crate.
+#[cfg(feature = "opencl")]
+pub use gpubuf_opencl as opencl;

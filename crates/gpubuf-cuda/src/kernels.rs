@@ -1,0 +1,226 @@
+//! Copy plans on CUDA: `kernels/cuda/plan.cu` compiled by NVRTC once per context, plan
+//! tables uploaded once per plan, one launch per plan (up to [`MAX_SOURCES`] sources; a
+//! plan with more is split by source).
+
+use crate::backend::CudaBackend;
+use crate::error::{driver, maybe_oom, unavailable};
+use crate::memory::{CudaMemory, CudaStream};
+use cudarc::driver::result;
+use cudarc::driver::sys::{CUfunction, CUmodule};
+use gpubuf_core::encode::encode;
+use gpubuf_core::{
+    check_plan_args, check_scatter_args, Allocator, BackendKind, CopyPlan, DType, Error, Kernels, MemRef,
+    PreparedPlan, Result,
+};
+use parking_lot::Mutex;
+use std::ffi::{c_void, CString};
+use std::sync::Arc;
+
+/// The kernel source, from `kernels/cuda/plan.cu`.
+pub const PLAN_SOURCE: &str = include_str!("../../../kernels/cuda/plan.cu");
+
+/// Sources one launch can take (the size of the `SrcTable` kernel parameter).
+pub const MAX_SOURCES: usize = 256;
+
+/// Threads per block of the plan kernels.
+const BLOCK: u32 = 256;
+
+/// Compiles the plan kernels to PTX with NVRTC. Needs libnvrtc only, no GPU, so CI runs it
+/// to catch a broken `.cu` file.
+///
+/// # Errors
+/// [`Error::BackendUnavailable`] without NVRTC; [`Error::Build`] with NVRTC's log.
+pub fn compile_ptx() -> Result<String> {
+    crate::device::nvrtc_available()?;
+    let _span = tracing::debug_span!("cuda.nvrtc").entered();
+    match cudarc::nvrtc::compile_ptx(PLAN_SOURCE) {
+        Ok(ptx) => Ok(ptx.to_src()),
+        Err(e) => Err(Error::Build { backend: BackendKind::Cuda, log: format!("{e:?}") }),
+    }
+}
+
+#[derive(Default)]
+pub(crate) struct ModuleCache {
+    module: Mutex<Option<Arc<PlanModule>>>,
+}
+
+pub(crate) struct PlanModule {
+    raw: CUmodule,
+    gather: [CUfunction; 4],
+    scatter: [CUfunction; 4],
+    ctx: Arc<cudarc::driver::CudaContext>,
+}
+
+// SAFETY: module and function handles are plain driver handles, valid in any thread with
+// the context bound, and never mutated after loading.
+unsafe impl Send for PlanModule {}
+// SAFETY: as above.
+unsafe impl Sync for PlanModule {}
+
+impl Drop for PlanModule {
+    fn drop(&mut self) {
+        let _ = self.ctx.bind_to_thread();
+        // SAFETY: loaded once by `module::load_data`, unloaded once.
+        let _ = unsafe { result::module::unload(self.raw) };
+    }
+}
+
+impl CudaBackend {
+    fn module(&self) -> Result<Arc<PlanModule>> {
+        let mut m = self.inner.modules.module.lock();
+        if let Some(m) = m.as_ref() {
+            return Ok(m.clone());
+        }
+        let ptx = compile_ptx()?;
+        self.bind()?;
+        let image = CString::new(ptx).map_err(|_| unavailable("PTX holds a NUL byte"))?;
+        // SAFETY: a NUL-terminated PTX image from NVRTC.
+        let raw = unsafe { result::module::load_data(image.as_ptr() as *const c_void) }
+            .map_err(|e| driver(e, "cuModuleLoadData"))?;
+        let get = |name: String| -> Result<CUfunction> {
+            let c = CString::new(name.clone()).map_err(|_| Error::invalid("kernel name"))?;
+            // SAFETY: `raw` is the module just loaded.
+            unsafe { result::module::get_function(raw, c) }.map_err(|e| driver(e, &format!("cuModuleGetFunction({name})")))
+        };
+        let mut gather = [std::ptr::null_mut(); 4];
+        let mut scatter = [std::ptr::null_mut(); 4];
+        for (i, w) in [1, 2, 4, 8].iter().enumerate() {
+            gather[i] = get(format!("gather_{w}"))?;
+            scatter[i] = get(format!("scatter_{w}"))?;
+        }
+        let module = Arc::new(PlanModule { raw, gather, scatter, ctx: self.inner.ctx.clone() });
+        *m = Some(module.clone());
+        Ok(module)
+    }
+}
+
+/// A plan prepared for one CUDA device.
+pub struct CudaPlan {
+    plan: CopyPlan,
+    dtype: DType,
+    module: Option<Arc<PlanModule>>,
+    parts: Vec<Part>,
+}
+
+struct Part {
+    sources: Vec<usize>,
+    segs: CudaMemory,
+    starts: CudaMemory,
+    nseg: i32,
+    total: i64,
+}
+
+impl std::fmt::Debug for CudaPlan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CudaPlan").field("dtype", &self.dtype).field("launches", &self.parts.len()).finish()
+    }
+}
+
+impl PreparedPlan for CudaPlan {
+    fn plan(&self) -> &CopyPlan {
+        &self.plan
+    }
+    fn dtype(&self) -> DType {
+        self.dtype
+    }
+}
+
+fn upload_words(b: &CudaBackend, words: &[i64]) -> Result<CudaMemory> {
+    let mem = b.allocate(std::mem::size_of_val(words))?;
+    if !words.is_empty() {
+        b.bind()?;
+        // SAFETY: `mem` holds exactly the words' bytes; the copy is synchronous.
+        unsafe { result::memcpy_htod_sync(mem.ptr, words) }.map_err(|e| driver(e, "cuMemcpyHtoD"))?;
+    }
+    Ok(mem)
+}
+
+impl Kernels for CudaBackend {
+    type Plan = CudaPlan;
+
+    fn prepare(&self, plan: &CopyPlan, dtype: DType) -> Result<CudaPlan> {
+        let mut parts = Vec::new();
+        for (sources, sub) in plan.split_by_source(MAX_SOURCES)? {
+            let enc = encode(&sub);
+            parts.push(Part {
+                sources,
+                segs: upload_words(self, &enc.segments)?,
+                starts: upload_words(self, &enc.starts)?,
+                nseg: i32::try_from(enc.nseg()).map_err(|_| Error::plan("more than 2^31 segments"))?,
+                total: enc.total as i64,
+            });
+        }
+        let module = if parts.is_empty() { None } else { Some(self.module()?) };
+        Ok(CudaPlan { plan: plan.clone(), dtype, module, parts })
+    }
+
+    fn gather(
+        &self,
+        stream: &CudaStream,
+        plan: &CudaPlan,
+        sources: &[MemRef<'_, CudaMemory>],
+        dst: MemRef<'_, CudaMemory>,
+    ) -> Result<()> {
+        check_plan_args(&plan.plan, plan.dtype, sources, dst)?;
+        let _span = tracing::trace_span!("cuda.gather", elements = plan.plan.total()).entered();
+        self.launch(stream, plan, sources, dst, true)
+    }
+
+    fn scatter(
+        &self,
+        stream: &CudaStream,
+        plan: &CudaPlan,
+        src: MemRef<'_, CudaMemory>,
+        targets: &[MemRef<'_, CudaMemory>],
+    ) -> Result<()> {
+        check_scatter_args(&plan.plan, plan.dtype, targets, src)?;
+        let _span = tracing::trace_span!("cuda.scatter", elements = plan.plan.total()).entered();
+        self.launch(stream, plan, targets, src, false)
+    }
+}
+
+impl CudaBackend {
+    fn launch(
+        &self,
+        stream: &CudaStream,
+        plan: &CudaPlan,
+        arrays: &[MemRef<'_, CudaMemory>],
+        buffer: MemRef<'_, CudaMemory>,
+        gather: bool,
+    ) -> Result<()> {
+        let Some(module) = plan.module.as_ref() else { return Ok(()) };
+        self.bind()?;
+        let w = plan.dtype.size().trailing_zeros() as usize;
+        let f = if gather { module.gather[w] } else { module.scatter[w] };
+        let sms = self.inner.info.compute_units.max(1);
+        for part in &plan.parts {
+            let mut table = [0u64; MAX_SOURCES];
+            for (slot, &src) in part.sources.iter().enumerate() {
+                table[slot] = arrays[src].memory.ptr + arrays[src].offset as u64;
+            }
+            let mut segs = part.segs.ptr;
+            let mut starts = part.starts.ptr;
+            let mut nseg = part.nseg;
+            let mut total = part.total;
+            let mut is_float = i32::from(plan.dtype.is_float());
+            let mut buf = buffer.memory.ptr + buffer.offset as u64;
+            let mut params: [*mut c_void; 7] = [
+                &mut segs as *mut _ as *mut c_void,
+                &mut starts as *mut _ as *mut c_void,
+                &mut nseg as *mut _ as *mut c_void,
+                &mut total as *mut _ as *mut c_void,
+                &mut is_float as *mut _ as *mut c_void,
+                &mut buf as *mut _ as *mut c_void,
+                &mut table as *mut _ as *mut c_void,
+            ];
+            let blocks = (part.total as u64).div_ceil(u64::from(BLOCK)).clamp(1, u64::from(sms) * 32) as u32;
+            // SAFETY: the parameters match plan.cu's signature (two table pointers, int,
+            // long long, int, element pointer, SrcTable by value); every pointer is a
+            // live allocation checked by `check_plan_args`; the driver copies the
+            // parameter values at launch.
+            unsafe { result::launch_kernel(f, (blocks, 1, 1), (BLOCK, 1, 1), 0, stream.raw, &mut params) }
+                .map_err(|e| maybe_oom(e, "cuLaunchKernel", 0))?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,143 @@
+//! Copy plans on every backend: random plans against the reference, scatter round trips,
+//! and the errors for bad plans and bad arguments.
+
+use gpubuf::{CopyPlan, DType, Error, Kernels, MemRef, Result, Segment};
+use gpubuf_testkit::strategies::{bytes, plan_case, PlanCase};
+use gpubuf_testkit::{backend_tests, exec, reference};
+use proptest::test_runner::{Config, TestCaseError, TestRunner};
+
+fn runner(cases: u32) -> TestRunner {
+    TestRunner::new(Config { cases, failure_persistence: None, ..Config::default() })
+}
+
+fn fail(e: Error) -> TestCaseError {
+    TestCaseError::fail(e.to_string())
+}
+
+fn to_err(e: proptest::test_runner::TestError<PlanCase>) -> Error {
+    Error::invalid(format!("property failed: {e}"))
+}
+
+/// Random plans (zero, negative and overlapping strides, negation, every dtype) gather
+/// exactly what the reference gathers, leaving unwritten buffer bytes alone.
+fn gather_matches_reference<B: Kernels>(b: &B) -> Result<()> {
+    runner(96)
+        .run(&plan_case(8, 5, false), |case| {
+            let initial = bytes(case.plan.buffer_len() * case.dtype.size(), 99);
+            let got = exec::gather(b, &case, &initial).map_err(fail)?;
+            let want = reference::gather(&case.plan, case.dtype, &case.sources, &initial);
+            proptest::prop_assert_eq!(got, want);
+            Ok(())
+        })
+        .map_err(to_err)
+}
+
+/// Gather then scatter into zeroed arrays gives back exactly the gathered elements (negation
+/// applied twice is the identity), and leaves every other element zero.
+fn gather_scatter_round_trip<B: Kernels>(b: &B) -> Result<()> {
+    runner(96)
+        .run(&plan_case(8, 5, true), |case| {
+            let initial = vec![0u8; case.plan.buffer_len() * case.dtype.size()];
+            let packed = exec::gather(b, &case, &initial).map_err(fail)?;
+            let zeros: Vec<Vec<u8>> = case.sources.iter().map(|s| vec![0u8; s.len()]).collect();
+            let back = exec::scatter(b, &case, &packed, &zeros).map_err(fail)?;
+            let mut touched: Vec<Vec<bool>> =
+                case.sources.iter().map(|s| vec![false; s.len() / case.dtype.size()]).collect();
+            for seg in case.plan.segments() {
+                seg.for_each(|_, at| touched[seg.source][at] = true);
+            }
+            let w = case.dtype.size();
+            for (i, t) in touched.iter().enumerate() {
+                for (e, &hit) in t.iter().enumerate() {
+                    let want = if hit { &case.sources[i][e * w..(e + 1) * w] } else { &zeros[i][e * w..(e + 1) * w] };
+                    proptest::prop_assert_eq!(&back[i][e * w..(e + 1) * w], want, "source {} element {}", i, e);
+                }
+            }
+            let want = reference::scatter(&case.plan, case.dtype, &packed, &zeros);
+            proptest::prop_assert_eq!(back, want);
+            Ok(())
+        })
+        .map_err(to_err)
+}
+
+/// The argument checks every backend applies before launching.
+fn bad_plan_arguments_are_errors<B: Kernels>(b: &B) -> Result<()> {
+    let s = b.default_stream();
+    let seg = Segment::new(0, 0, &[(4, 1)], 0)?;
+    let plan = b.prepare(&CopyPlan::new(vec![4], 4, vec![seg])?, DType::F32)?;
+    let small = b.allocate(8)?;
+    let src = b.allocate(16)?;
+    let dst = b.allocate(16)?;
+    // Too short a source, too short a buffer, wrong source count.
+    assert!(matches!(
+        b.gather(s, &plan, &[MemRef::whole(&small)], MemRef::whole(&dst)),
+        Err(Error::OutOfBounds { .. })
+    ));
+    assert!(matches!(
+        b.gather(s, &plan, &[MemRef::whole(&src)], MemRef::whole(&small)),
+        Err(Error::OutOfBounds { .. })
+    ));
+    assert!(matches!(b.gather(s, &plan, &[], MemRef::whole(&dst)), Err(Error::InvalidArgument(_))));
+    // Misaligned offsets and ranges outside the allocation.
+    let big = b.allocate(64)?;
+    assert!(b.gather(s, &plan, &[MemRef { memory: &big, offset: 2, len: 16 }], MemRef::whole(&dst)).is_err());
+    assert!(b.gather(s, &plan, &[MemRef { memory: &big, offset: 60, len: 16 }], MemRef::whole(&dst)).is_err());
+    // The buffer may not alias a source.
+    let alias = b.gather(s, &plan, &[MemRef::new(&big, 0, 16)?], MemRef::new(&big, 8, 16)?);
+    assert!(matches!(alias, Err(Error::InvalidArgument(_))), "{alias:?}");
+    assert!(b.gather(s, &plan, &[MemRef::new(&big, 0, 16)?], MemRef::new(&big, 16, 16)?).is_ok());
+    // Scatter refuses plans that write an element twice and overlapping targets.
+    let bcast = Segment::new(0, 0, &[(4, 0)], 0)?;
+    let twice = b.prepare(&CopyPlan::new(vec![4], 4, vec![bcast])?, DType::F32)?;
+    assert!(matches!(
+        b.scatter(s, &twice, MemRef::whole(&dst), &[MemRef::whole(&src)]),
+        Err(Error::InvalidPlan(_))
+    ));
+    let two = CopyPlan::new(vec![4, 4], 8, vec![seg, Segment { source: 1, dst_offset: 4, ..seg }])?;
+    let two = b.prepare(&two, DType::F32)?;
+    let buf = b.allocate(32)?;
+    let overlapping = [MemRef::new(&big, 0, 16)?, MemRef::new(&big, 8, 16)?];
+    assert!(b.scatter(s, &two, MemRef::whole(&buf), &overlapping).is_err());
+    Ok(())
+}
+
+/// Invalid plans never reach a backend: construction rejects them.
+fn invalid_plans_are_rejected<B: Kernels>(_b: &B) -> Result<()> {
+    let ok = Segment::new(0, 4, &[(3, -2)], 0)?;
+    assert!(CopyPlan::new(vec![5], 3, vec![ok]).is_ok());
+    assert!(CopyPlan::new(vec![4], 3, vec![ok]).is_err(), "reaches past the end");
+    assert!(CopyPlan::new(vec![5], 2, vec![ok]).is_err(), "buffer too short");
+    let under = Segment::new(0, 3, &[(3, -2)], 0)?;
+    assert!(CopyPlan::new(vec![5], 3, vec![under]).is_err(), "reaches below zero");
+    let clash = Segment::new(0, 0, &[(2, 1)], 2)?;
+    assert!(CopyPlan::new(vec![5], 6, vec![ok, clash]).is_err(), "buffer ranges overlap");
+    assert!(CopyPlan::new(vec![5], 6, vec![Segment { source: 3, ..ok }]).is_err(), "no such source");
+    Ok(())
+}
+
+/// Plans over many sources (more than one launch's worth on some devices) still work.
+fn many_sources<B: Kernels>(b: &B) -> Result<()> {
+    let n = 300;
+    let segs: Vec<Segment> =
+        (0..n).map(|i| Segment::new(i, 1, &[(2, 1)], 2 * (n - 1 - i)).map(|s| s.negated(i % 2 == 0))).collect::<Result<_>>()?;
+    let plan = CopyPlan::new(vec![3; n], 2 * n, segs)?;
+    let case = PlanCase {
+        dtype: DType::I32,
+        sources: (0..n).map(|i| [i as i32, 10 * i as i32, 100 * i as i32].iter().flat_map(|v| v.to_le_bytes()).collect()).collect(),
+        plan,
+    };
+    let got = exec::gather(b, &case, &vec![0u8; 8 * n])?;
+    let want = reference::gather(&case.plan, case.dtype, &case.sources, &vec![0u8; 8 * n]);
+    assert_eq!(got, want);
+    let vals: Vec<i32> = got.chunks(4).map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+    assert_eq!(&vals[..2], &[10 * (n as i32 - 1), 100 * (n as i32 - 1)]);
+    Ok(())
+}
+
+backend_tests!(
+    gather_matches_reference,
+    gather_scatter_round_trip,
+    bad_plan_arguments_are_errors,
+    invalid_plans_are_rejected,
+    many_sources
+);
