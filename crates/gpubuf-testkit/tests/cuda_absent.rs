@@ -1,0 +1,45 @@
+//! CUDA on a machine without it: every public constructor returns an error, never a panic;
+//! the kernels still compile to PTX wherever NVRTC is installed.
+#![cfg(feature = "cuda")]
+
+use gpubuf::cuda::{compile_ptx, devices, driver_available, nvrtc_available, CudaBackend};
+use gpubuf::{BackendKind, Error};
+
+fn is_unavailable(e: &Error) -> bool {
+    matches!(e, Error::BackendUnavailable { backend: BackendKind::Cuda, .. })
+}
+
+#[test]
+fn constructors_give_errors_without_a_gpu() {
+    match driver_available() {
+        Ok(()) => eprintln!("a CUDA driver is present; the GPU tests cover it"),
+        Err(e) => {
+            assert!(is_unavailable(&e), "{e}");
+            assert!(is_unavailable(&CudaBackend::new().unwrap_err()));
+            assert!(is_unavailable(&CudaBackend::with_ordinal(0).unwrap_err()));
+            assert!(is_unavailable(&CudaBackend::with_ordinal(7).unwrap_err()));
+            assert!(is_unavailable(&devices().unwrap_err()));
+            let via_umbrella = gpubuf::devices(BackendKind::Cuda).unwrap_err();
+            assert!(is_unavailable(&via_umbrella));
+        }
+    }
+}
+
+#[test]
+fn cuda_kernels_compile_to_ptx() {
+    let required = std::env::var("GPUBUF_REQUIRE").map(|v| v.contains("nvrtc")).unwrap_or(false);
+    match nvrtc_available() {
+        Ok(()) => {
+            let ptx = compile_ptx().expect("kernels/cuda/plan.cu must compile");
+            for w in [1, 2, 4, 8] {
+                assert!(ptx.contains(&format!(".entry gather_{w}")), "gather_{w} missing from PTX");
+                assert!(ptx.contains(&format!(".entry scatter_{w}")), "scatter_{w} missing from PTX");
+            }
+        }
+        Err(e) if required => panic!("NVRTC required (GPUBUF_REQUIRE has nvrtc) but unavailable: {e}"),
+        Err(e) => {
+            assert!(is_unavailable(&e));
+            eprintln!("nvrtc skipped: {e}");
+        }
+    }
+}
