@@ -4,6 +4,7 @@
 //   SRC_PARAMS(T)  ", __global T* s0, __global T* s1, ..." (one per source slot)
 //   SRC_PICK(i, p) sets pointer p to source slot i plus offs[i], the slot's element offset
 //                  in its allocation (offs is a small buffer the host caches per plan)
+//   CHUNK          consecutive buffer elements per work-item
 // One program per number of source slots; it holds a gather and a scatter kernel per
 // element width (1, 2, 4, 8 bytes). Values move as unsigned integers of the width, so
 // every dtype is copied bit-exactly; negation flips the sign bit of floats and takes the
@@ -28,49 +29,68 @@ inline int find_segment(__global const long* starts, int nseg, long t) {
     return lo;
 }
 
-// Element index in the source of element l of the box described by seg (C order).
-inline long box_index(__global const long* seg, long l) {
-    long i3 = l % seg[5];
-    l /= seg[5];
-    long i2 = l % seg[4];
-    l /= seg[4];
-    long i1 = l % seg[3];
-    long i0 = l / seg[3];
-    return seg[1] + i0 * seg[6] + i1 * seg[7] + i2 * seg[8] + i3 * seg[9];
-}
+// Each work-item moves CHUNK consecutive buffer elements (CHUNK comes from the host
+// prelude: 1 on GPUs, for coalescing; more on CPU devices, to amortise the segment
+// search and index decomposition). After the first element the source index advances
+// incrementally, carrying across extents and into the next segment.
+#define PLAN_KERNEL(NAME, T, W, MOVE)                                                        \
+    __kernel void NAME##_##W(__global const long* segs, __global const long* starts,         \
+                             int nseg, long total, int is_float, __global T* buf,            \
+                             long buf_off, __global const long* offs SRC_PARAMS(T)) {        \
+        long first = (long)get_global_id(0) * CHUNK;                                         \
+        if (first >= total) return;                                                          \
+        long last = min(first + (long)CHUNK, total);                                         \
+        int k = find_segment(starts, nseg, first);                                           \
+        __global const long* seg = segs + (long)k * SEG_WORDS;                               \
+        long seg_start = starts[k];                                                          \
+        long seg_end = starts[k + 1];                                                        \
+        long l = first - seg_start;                                                          \
+        long i3 = l % seg[5];                                                                \
+        long r = l / seg[5];                                                                 \
+        long i2 = r % seg[4];                                                                \
+        r /= seg[4];                                                                         \
+        long i1 = r % seg[3];                                                                \
+        long i0 = r / seg[3];                                                                \
+        long idx = seg[1] + i0 * seg[6] + i1 * seg[7] + i2 * seg[8] + i3 * seg[9];           \
+        __global T* arr = 0;                                                                 \
+        SRC_PICK(seg[0], arr);                                                               \
+        for (long t = first; t < last; t++) {                                                \
+            if (t == seg_end) {                                                              \
+                k++;                                                                         \
+                seg = segs + (long)k * SEG_WORDS;                                            \
+                seg_start = seg_end;                                                         \
+                seg_end = starts[k + 1];                                                     \
+                i0 = 0; i1 = 0; i2 = 0; i3 = 0;                                              \
+                idx = seg[1];                                                                \
+                SRC_PICK(seg[0], arr);                                                       \
+            }                                                                                \
+            long at = buf_off + seg[10] + (t - seg_start);                                   \
+            MOVE(T, W)                                                                       \
+            i3++;                                                                            \
+            idx += seg[9];                                                                   \
+            if (i3 == seg[5]) {                                                              \
+                i3 = 0; idx -= seg[5] * seg[9]; i2++; idx += seg[8];                         \
+                if (i2 == seg[4]) {                                                          \
+                    i2 = 0; idx -= seg[4] * seg[8]; i1++; idx += seg[7];                     \
+                    if (i1 == seg[3]) {                                                      \
+                        i1 = 0; idx -= seg[3] * seg[7]; i0++; idx += seg[6];                 \
+                    }                                                                        \
+                }                                                                            \
+            }                                                                                \
+        }                                                                                    \
+    }
+
+#define GATHER_MOVE(T, W)                                                                    \
+    { T v = arr[idx]; if (seg[11]) v = negate_##W(v, is_float); buf[at] = v; }
+#define SCATTER_MOVE(T, W)                                                                   \
+    { T v = buf[at]; if (seg[11]) v = negate_##W(v, is_float); arr[idx] = v; }
 
 #define DEFINE_PLAN(T, W)                                                                    \
     inline T negate_##W(T v, int is_float) {                                                 \
         return is_float ? (T)(v ^ (T)((T)1 << (8 * sizeof(T) - 1))) : (T)((T)0 - v);        \
     }                                                                                        \
-    __kernel void gather_##W(__global const long* segs, __global const long* starts,         \
-                             int nseg, long total, int is_float, __global T* buf,            \
-                             long buf_off, __global const long* offs SRC_PARAMS(T)) {                                   \
-        long t = get_global_id(0);                                                           \
-        if (t >= total) return;                                                              \
-        int k = find_segment(starts, nseg, t);                                               \
-        __global const long* seg = segs + (long)k * SEG_WORDS;                               \
-        long l = t - starts[k];                                                              \
-        __global T* src = 0;                                                                 \
-        SRC_PICK(seg[0], src);                                                               \
-        T v = src[box_index(seg, l)];                                                        \
-        if (seg[11]) v = negate_##W(v, is_float);                                            \
-        buf[buf_off + seg[10] + l] = v;                                                      \
-    }                                                                                        \
-    __kernel void scatter_##W(__global const long* segs, __global const long* starts,        \
-                              int nseg, long total, int is_float, __global T* buf,           \
-                              long buf_off, __global const long* offs SRC_PARAMS(T)) {                                  \
-        long t = get_global_id(0);                                                           \
-        if (t >= total) return;                                                              \
-        int k = find_segment(starts, nseg, t);                                               \
-        __global const long* seg = segs + (long)k * SEG_WORDS;                               \
-        long l = t - starts[k];                                                              \
-        __global T* dst = 0;                                                                 \
-        SRC_PICK(seg[0], dst);                                                               \
-        T v = buf[buf_off + seg[10] + l];                                                    \
-        if (seg[11]) v = negate_##W(v, is_float);                                            \
-        dst[box_index(seg, l)] = v;                                                          \
-    }
+    PLAN_KERNEL(gather, T, W, GATHER_MOVE)                                                   \
+    PLAN_KERNEL(scatter, T, W, SCATTER_MOVE)
 
 DEFINE_PLAN(uchar, 1)
 DEFINE_PLAN(ushort, 2)

@@ -1,6 +1,6 @@
 //! [`CpuBackend`]: the backend traits over host memory.
 
-use crate::kernels::{execute, Direction};
+use crate::kernels::{execute, par_memcpy, Direction};
 use crate::memory::{lock_all, CpuMemory};
 use gpubuf_core::{
     check_copy, check_fill, check_plan_args, check_scatter_args, Allocator, Backend, BackendKind, CopyPlan, DType, DeviceInfo,
@@ -149,7 +149,7 @@ impl Backend for CpuBackend {
         let (_guards, ptrs) = lock_all(&[src.memory, dst]);
         // SAFETY: both ranges were checked inside their allocations and not to overlap;
         // the locks of both allocations are held.
-        unsafe { std::ptr::copy_nonoverlapping(ptrs[0].add(src.offset), ptrs[1].add(dst_offset), src.len) };
+        unsafe { par_memcpy(ptrs[1].add(dst_offset), ptrs[0].add(src.offset), src.len) };
         Ok(())
     }
 

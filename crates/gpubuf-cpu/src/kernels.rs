@@ -31,6 +31,13 @@ unsafe impl Send for Ptr {}
 // SAFETY: as above.
 unsafe impl Sync for Ptr {}
 
+impl Ptr {
+    /// The pointer (a method, so closures capture the whole `Send` wrapper).
+    fn get(self) -> *mut u8 {
+        self.0
+    }
+}
+
 trait Word: Copy + Send + Sync {
     fn neg(self, float: bool) -> Self;
 }
@@ -68,16 +75,16 @@ pub(crate) unsafe fn execute(plan: &CopyPlan, dtype: DType, arrays: &[*mut u8], 
     let buffer = Ptr(buffer);
     let float = dtype.is_float();
     let units = work_units(plan.segments());
-    let job = |&(seg, r0, r1): &(usize, usize, usize)| {
-        let s = &plan.segments()[seg];
+    let job = |&u: &Unit| {
+        let s = &plan.segments()[u.0];
         let a = arrays[s.source];
         // SAFETY: forwarded from this function's contract.
         unsafe {
             match dtype.size() {
-                1 => rows::<u8>(s, r0, r1, a, buffer, dir, float),
-                2 => rows::<u16>(s, r0, r1, a, buffer, dir, float),
-                4 => rows::<u32>(s, r0, r1, a, buffer, dir, float),
-                _ => rows::<u64>(s, r0, r1, a, buffer, dir, float),
+                1 => rows::<u8>(s, u, a, buffer, dir, float),
+                2 => rows::<u16>(s, u, a, buffer, dir, float),
+                4 => rows::<u32>(s, u, a, buffer, dir, float),
+                _ => rows::<u64>(s, u, a, buffer, dir, float),
             }
         }
     };
@@ -88,40 +95,54 @@ pub(crate) unsafe fn execute(plan: &CopyPlan, dtype: DType, arrays: &[*mut u8], 
     }
 }
 
-/// Splits every non-empty segment into runs of whole rows of about [`UNIT`] elements.
-fn work_units(segments: &[Segment]) -> Vec<(usize, usize, usize)> {
+/// A unit of work: rows `r0..r1` of segment `seg`, columns `c0..c1` of each.
+type Unit = (usize, usize, usize, usize, usize);
+
+/// Splits every non-empty segment into units of about [`UNIT`] elements: runs of whole
+/// rows, or column ranges of one row when a row alone is longer than that.
+fn work_units(segments: &[Segment]) -> Vec<Unit> {
     let mut units = Vec::with_capacity(segments.len());
     for (i, s) in segments.iter().enumerate().filter(|(_, s)| !s.is_empty()) {
         let rows = s.extents[0] * s.extents[1] * s.extents[2];
-        let per = (UNIT / s.extents[3]).max(1);
+        let n = s.extents[3];
+        if n > UNIT {
+            for r in 0..rows {
+                for c in (0..n).step_by(UNIT) {
+                    units.push((i, r, r + 1, c, (c + UNIT).min(n)));
+                }
+            }
+            continue;
+        }
+        let per = (UNIT / n).max(1);
         let mut r = 0;
         while r < rows {
             let end = (r + per).min(rows);
-            units.push((i, r, end));
+            units.push((i, r, end, 0, n));
             r = end;
         }
     }
     units
 }
 
-/// Moves rows `r0..r1` of segment `s`.
+/// Moves one unit of segment `s`.
 ///
 /// # Safety
 /// As [`execute`]; `T` has the dtype's size.
-#[allow(clippy::too_many_arguments)]
-unsafe fn rows<T: Word>(s: &Segment, r0: usize, r1: usize, array: Ptr, buffer: Ptr, dir: Direction, float: bool) {
-    let [_, e1, e2, n] = s.extents;
+unsafe fn rows<T: Word>(s: &Segment, unit: Unit, array: Ptr, buffer: Ptr, dir: Direction, float: bool) {
+    let (_, r0, r1, c0, c1) = unit;
+    let [_, e1, e2, row] = s.extents;
+    let n = c1 - c0;
     let [s0, s1, s2, s3] = s.strides;
     let array = array.0 as *mut T;
     let buffer = buffer.0 as *mut T;
     for r in r0..r1 {
         let (i2, i1, i0) = (r % e2, (r / e2) % e1, r / (e1 * e2));
-        let base = s.offset as isize + i0 as isize * s0 + i1 as isize * s1 + i2 as isize * s2;
+        let base = s.offset as isize + i0 as isize * s0 + i1 as isize * s1 + i2 as isize * s2 + c0 as isize * s3;
         // SAFETY: `base + k*s3` for k < n lies inside the source box, which plan validation
-        // proved inside the array; `dst_offset + r*n + k` lies inside the buffer range.
+        // proved inside the array; `dst_offset + r*row + c0 + k` lies inside the buffer range.
         unsafe {
             let a = array.offset(base);
-            let b = buffer.add(s.dst_offset + r * n);
+            let b = buffer.add(s.dst_offset + r * row + c0);
             match (dir, s3 == 1 && !s.negate) {
                 (Direction::Gather, true) => std::ptr::copy_nonoverlapping(a, b, n),
                 (Direction::Scatter, true) => std::ptr::copy_nonoverlapping(b, a, n),
@@ -140,4 +161,27 @@ unsafe fn rows<T: Word>(s: &Segment, r0: usize, r1: usize, array: Ptr, buffer: P
             }
         }
     }
+}
+
+/// Copies `len` bytes, split over the rayon pool when large (the same thread count the
+/// plan kernels use, so plan-vs-copy ratios compare like with like).
+///
+/// # Safety
+/// `src` is valid for `len` reads and `dst` for `len` writes; the ranges do not overlap
+/// and nothing else writes `dst` or `src` during the call.
+pub(crate) unsafe fn par_memcpy(dst: *mut u8, src: *const u8, len: usize) {
+    const CHUNK: usize = 256 * 1024;
+    if len < SERIAL_BELOW {
+        // SAFETY: forwarded from the contract.
+        unsafe { std::ptr::copy_nonoverlapping(src, dst, len) };
+        return;
+    }
+    let (d, s) = (Ptr(dst), Ptr(src as *mut u8));
+    (0..len.div_ceil(CHUNK)).into_par_iter().for_each(|k| {
+        let at = k * CHUNK;
+        let n = CHUNK.min(len - at);
+        // SAFETY: chunk `k` covers bytes `at..at + n`, inside both ranges; chunks are
+        // disjoint, so no two threads write the same byte.
+        unsafe { std::ptr::copy_nonoverlapping(s.get().add(at), d.get().add(at), n) };
+    });
 }

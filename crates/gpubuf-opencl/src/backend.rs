@@ -31,6 +31,7 @@ pub(crate) struct Inner {
     pub(crate) context: Context,
     pub(crate) max_alloc: u64,
     pub(crate) max_param: usize,
+    pub(crate) is_gpu: bool,
     pub(crate) programs: ProgramCache,
     default_stream: ClStream,
 }
@@ -92,12 +93,14 @@ impl OpenClBackend {
         let default_stream = new_queue(&context)?;
         let max_alloc = entry.device.max_mem_alloc_size().map_err(|e| cl(e, "CL_DEVICE_MAX_MEM_ALLOC_SIZE"))?;
         let max_param = entry.device.max_parameter_size().unwrap_or(256);
+        let is_gpu = entry.device.dev_type().map(|t| t & opencl3::device::CL_DEVICE_TYPE_GPU != 0).unwrap_or(false);
         Ok(OpenClBackend {
             inner: Arc::new(Inner {
                 entry,
                 context,
                 max_alloc,
                 max_param,
+                is_gpu,
                 programs: ProgramCache::default(),
                 default_stream,
             }),

@@ -47,9 +47,9 @@ pub(crate) struct ClProgram {
     _program: Program,
 }
 
-/// The prelude defining `SRC_PARAMS` and `SRC_PICK` for `slots` source slots.
-pub fn prelude(slots: usize) -> String {
-    let mut s = String::from("#define SRC_PARAMS(T)");
+/// The prelude defining `CHUNK`, `SRC_PARAMS` and `SRC_PICK` for `slots` source slots.
+pub fn prelude(slots: usize, chunk: usize) -> String {
+    let mut s = format!("#define CHUNK {chunk}\n#define SRC_PARAMS(T)");
     for i in 0..slots {
         let _ = write!(s, " , __global T* s{i}");
     }
@@ -77,6 +77,15 @@ impl OpenClBackend {
         slots
     }
 
+    /// Buffer elements per work-item: 1 on GPUs (coalesced), 64 on CPU-like devices.
+    pub fn chunk(&self) -> usize {
+        if self.inner.is_gpu {
+            1
+        } else {
+            std::env::var("GPUBUF_CL_CHUNK").ok().and_then(|v| v.parse().ok()).unwrap_or(64)
+        }
+    }
+
     /// Builds (once) and returns the program for `slots` source slots.
     fn program(&self, slots: usize) -> Result<Arc<ClProgram>> {
         let mut map = self.inner.programs.map.lock();
@@ -84,7 +93,7 @@ impl OpenClBackend {
             return Ok(p.clone());
         }
         let _span = tracing::debug_span!("opencl.build", slots).entered();
-        let src = format!("{}{}", prelude(slots), PLAN_SOURCE);
+        let src = format!("{}{}", prelude(slots, self.chunk()), PLAN_SOURCE);
         let program = Program::create_and_build_from_source(&self.inner.context, &src, "")
             .map_err(|log| Error::Build { backend: BackendKind::OpenCl, log })?;
         let kernels = |prefix: &str| -> Result<Vec<Mutex<Kernel>>> {
@@ -260,7 +269,7 @@ impl OpenClBackend {
                     arg(&kernel, 8 + i as u32, m)?;
                 }
             }
-            let global = (part.total as usize).div_ceil(256) * 256;
+            let global = (part.total as usize).div_ceil(self.chunk()).div_ceil(64) * 64;
             // SAFETY: all arguments are set; the work size covers `total` items, and the
             // kernel returns early for the rounding surplus.
             let ev = unsafe {

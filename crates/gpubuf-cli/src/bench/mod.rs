@@ -1,0 +1,152 @@
+//! The `gpubuf bench` frame: timing, progress bars, the report (table, JSON, SVG).
+
+mod copy;
+
+use crate::plot;
+use gpubuf::{with_backend, BackendKind, BackendVisitor, Error, Kernels, Result};
+use indicatif::{ProgressBar, ProgressStyle};
+use serde::Serialize;
+use std::path::PathBuf;
+use std::time::Instant;
+
+/// Command-line options shared by all benchmarks.
+pub struct Options {
+    /// Timed repetitions per case.
+    pub reps: usize,
+    /// Smaller sizes.
+    pub quick: bool,
+    /// JSON on stdout.
+    pub json: bool,
+    /// SVG plot path.
+    pub plot: Option<PathBuf>,
+}
+
+/// One measured figure. `baseline` is the comparison measured in the same run and `ratio`
+/// is `value / baseline` (higher is better for throughputs).
+#[derive(Debug, Clone, Serialize)]
+pub struct Entry {
+    /// Case name, `<case>/<metric>`.
+    pub name: String,
+    /// The figure.
+    pub value: f64,
+    /// Its unit.
+    pub unit: String,
+    /// The baseline figure, in the same unit.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub baseline: Option<f64>,
+    /// `value / baseline`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ratio: Option<f64>,
+}
+
+impl Entry {
+    /// A figure compared against a baseline.
+    pub fn versus(name: impl Into<String>, value: f64, unit: &str, baseline: f64) -> Self {
+        let ratio = if baseline > 0.0 { Some(value / baseline) } else { None };
+        Entry { name: name.into(), value, unit: unit.into(), baseline: Some(baseline), ratio }
+    }
+}
+
+/// A whole benchmark run: the JSON shape of `--json`.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    /// Benchmark name.
+    pub bench: String,
+    /// Backend name.
+    pub backend: String,
+    /// Device name.
+    pub device: String,
+    /// Figures.
+    pub results: Vec<Entry>,
+}
+
+const BENCHES: [(&str, &str); 1] = [(
+    "copy",
+    "copy-plan gather (contiguous, transpose, halo strips, reversed+negated) vs a plain device copy of the same bytes",
+)];
+
+/// Prints the benchmark names.
+pub fn list() {
+    println!("benchmarks (gpubuf bench <name> [--backend cpu|opencl|cuda] [--json] [--plot FILE.svg]):");
+    for (n, d) in BENCHES {
+        println!("  {n:<10} {d}");
+    }
+}
+
+/// A progress bar on stderr (hidden when stderr is not a terminal).
+pub fn progress(len: u64, what: &str) -> ProgressBar {
+    let pb = ProgressBar::new(len);
+    if let Ok(style) = ProgressStyle::with_template("{spinner} {msg:<28} [{bar:30}] {pos}/{len} {elapsed}") {
+        pb.set_style(style.progress_chars("=> "));
+    }
+    pb.set_message(what.to_string());
+    pb
+}
+
+/// Median seconds of `reps` runs of `f` after two warm-up runs; `f` must include the
+/// synchronisation that makes its work complete.
+///
+/// # Errors
+/// The first error `f` returns.
+pub fn median_secs(reps: usize, pb: &ProgressBar, mut f: impl FnMut() -> Result<()>) -> Result<f64> {
+    f()?;
+    f()?;
+    let mut times = Vec::with_capacity(reps);
+    for _ in 0..reps {
+        let t = Instant::now();
+        f()?;
+        times.push(t.elapsed().as_secs_f64());
+        pb.inc(1);
+    }
+    times.sort_by(|a, b| a.total_cmp(b));
+    Ok(times[times.len() / 2])
+}
+
+/// GB/s for `bytes` moved in `secs`.
+pub fn gbps(bytes: usize, secs: f64) -> f64 {
+    bytes as f64 / secs / 1e9
+}
+
+struct Runner<'a> {
+    name: &'a str,
+    opts: &'a Options,
+}
+
+impl BackendVisitor for Runner<'_> {
+    type Output = Report;
+    fn visit<B: Kernels>(self, b: B) -> Result<Report> {
+        let results = match self.name {
+            "copy" => copy::run(&b, self.opts)?,
+            other => return Err(Error::invalid(format!("unknown benchmark {other:?}; see `gpubuf bench --list`"))),
+        };
+        Ok(Report { bench: self.name.into(), backend: B::KIND.name().into(), device: b.info().name, results })
+    }
+}
+
+/// Runs benchmark `name` on `kind` and prints the report.
+///
+/// # Errors
+/// Unknown benchmark, unavailable backend, or a failure while measuring.
+pub fn run(name: &str, kind: BackendKind, opts: &Options) -> Result<()> {
+    let report = with_backend(kind, Runner { name, opts })?;
+    if opts.json {
+        println!("{}", serde_json::to_string(&report).map_err(|e| Error::invalid(e.to_string()))?);
+    } else {
+        print_table(&report);
+    }
+    if let Some(path) = &opts.plot {
+        plot::write_svg(&report, path)?;
+        eprintln!("plot written to {}", path.display());
+    }
+    Ok(())
+}
+
+fn print_table(r: &Report) {
+    println!("bench {} on {} ({})", r.bench, r.backend, r.device);
+    println!("{:<32} {:>12} {:<6} {:>12} {:>8}", "case", "value", "unit", "baseline", "ratio");
+    for e in &r.results {
+        let base = e.baseline.map_or(String::from("-"), |b| format!("{b:.3}"));
+        let ratio = e.ratio.map_or(String::from("-"), |x| format!("{x:.3}"));
+        println!("{:<32} {:>12.3} {:<6} {:>12} {:>8}", e.name, e.value, e.unit, base, ratio);
+    }
+}
