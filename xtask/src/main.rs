@@ -1,1 +1,39 @@
-fn main() {}
+//! `cargo xtask <command>`: the project's automation.
+//!
+//! * `test-all`: install missing system packages, then fmt check, clippy `-D warnings`,
+//!   docs with warnings denied, and the tests of every backend that can run here; prints
+//!   one line per backend (`backend <name>: ran N tests | skipped (<reason>)`). Under
+//!   `CI=true` a skipped CPU or OpenCL backend fails the run.
+//! * `install-deps`: only the installing.
+//! * `gpu-bundle`: builds the test and bench binaries with CUDA into `gpu-bundle/`.
+
+mod bundle;
+mod deps;
+mod sh;
+mod tests;
+
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let cmd = std::env::args().nth(1).unwrap_or_default();
+    let ok = match cmd.as_str() {
+        "test-all" | "ci" => tests::test_all(),
+        "install-deps" => {
+            let problems = deps::install();
+            for p in &problems {
+                eprintln!("xtask: {p}");
+            }
+            problems.is_empty()
+        }
+        "gpu-bundle" => bundle::build(),
+        _ => {
+            eprintln!("usage: cargo xtask <test-all | install-deps | gpu-bundle>");
+            false
+        }
+    };
+    if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}

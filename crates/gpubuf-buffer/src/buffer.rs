@@ -19,7 +19,12 @@ pub struct Buffer<B: Backend> {
 
 impl<B: Backend> Clone for Buffer<B> {
     fn clone(&self) -> Self {
-        Buffer { backend: self.backend.clone(), memory: self.memory.clone(), offset: self.offset, len: self.len }
+        Buffer {
+            backend: self.backend.clone(),
+            memory: self.memory.clone(),
+            offset: self.offset,
+            len: self.len,
+        }
     }
 }
 

@@ -95,7 +95,11 @@ impl<B: Kernels, T: Element> NDBuffer<B, T> {
         if let Some(s) = view.as_slice_memory_order() {
             if view.t().is_standard_layout() {
                 let buffer = Buffer::from_bytes(backend, bytes_of(s))?;
-                return Ok(NDBuffer { buffer, layout: Layout::contiguous(&shape, Order::F)?, _t: PhantomData });
+                return Ok(NDBuffer {
+                    buffer,
+                    layout: Layout::contiguous(&shape, Order::F)?,
+                    _t: PhantomData,
+                });
             }
         }
         let data: Vec<T> = view.iter().copied().collect();

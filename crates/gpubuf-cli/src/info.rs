@@ -49,11 +49,9 @@ pub fn run(as_json: bool) -> Result<()> {
                 }
             }
             Err(e) if s.compiled => println!("{:<7} compiled in, unavailable: {e}", s.kind.name()),
-            Err(_) => println!(
-                "{:<7} not compiled in (build with `--features {}`)",
-                s.kind.name(),
-                s.kind.name()
-            ),
+            Err(_) => {
+                println!("{:<7} not compiled in (build with `--features {}`)", s.kind.name(), s.kind.name())
+            }
         }
     }
     Ok(())

@@ -15,7 +15,12 @@ pub fn svg(report: &Report) -> String {
     let row = 34.0;
     let (left, width) = (260.0, 460.0);
     let height = 70.0 + row * report.results.len() as f64;
-    let max = report.results.iter().map(|e| e.value.max(e.baseline.unwrap_or(0.0))).fold(0.0f64, f64::max).max(1e-12);
+    let max = report
+        .results
+        .iter()
+        .map(|e| e.value.max(e.baseline.unwrap_or(0.0)))
+        .fold(0.0f64, f64::max)
+        .max(1e-12);
     let mut s = String::new();
     let _ = write!(
         s,
@@ -49,7 +54,11 @@ pub fn svg(report: &Report) -> String {
         let _ = write!(s, r#"<text x="{:.1}" y="{}">{}</text>"#, left + wv + 4.0, y + 11.0, escape(&label));
         if let Some(b) = e.baseline {
             let wb = width * b / max;
-            let _ = write!(s, r##"<rect x="{left}" y="{}" width="{wb:.1}" height="8" fill="#b0b0b0"/>"##, y + 14.0);
+            let _ = write!(
+                s,
+                r##"<rect x="{left}" y="{}" width="{wb:.1}" height="8" fill="#b0b0b0"/>"##,
+                y + 14.0
+            );
         }
     }
     s.push_str("</svg>\n");

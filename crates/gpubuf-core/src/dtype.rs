@@ -23,15 +23,8 @@ pub enum DType {
 
 impl DType {
     /// Every dtype, in declaration order.
-    pub const ALL: [DType; 7] = [
-        DType::U8,
-        DType::I32,
-        DType::U32,
-        DType::I64,
-        DType::F16,
-        DType::F32,
-        DType::F64,
-    ];
+    pub const ALL: [DType; 7] =
+        [DType::U8, DType::I32, DType::U32, DType::I64, DType::F16, DType::F32, DType::F64];
 
     /// Size of one element in bytes (the itemsize).
     pub const fn size(self) -> usize {
@@ -105,9 +98,7 @@ impl std::str::FromStr for DType {
 }
 
 /// A Rust type that gpubuf can store: plain old data with a [`DType`] tag.
-pub trait Element:
-    bytemuck::Pod + PartialEq + fmt::Debug + Default + Send + Sync + 'static
-{
+pub trait Element: bytemuck::Pod + PartialEq + fmt::Debug + Default + Send + Sync + 'static {
     /// The runtime tag of this type.
     const DTYPE: DType;
 

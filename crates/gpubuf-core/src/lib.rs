@@ -29,8 +29,8 @@ mod layout;
 mod plan;
 
 pub use backend::{
-    check_copy, check_fill, check_plan_args, check_scatter_args, Allocator, Backend, BackendKind, DeviceInfo, DeviceMemory,
-    Kernels, MemRef, MemoryInfo, PreparedPlan,
+    check_copy, check_fill, check_plan_args, check_scatter_args, Allocator, Backend, BackendKind, DeviceInfo,
+    DeviceMemory, Kernels, MemRef, MemoryInfo, PreparedPlan,
 };
 pub use dtype::{DType, Element};
 pub use error::{Error, Result};

@@ -215,10 +215,7 @@ impl CopyPlan {
         ranges.sort_unstable();
         for w in ranges.windows(2) {
             if w[1].0 < w[0].1 {
-                return Err(Error::plan(format!(
-                    "segments {} and {} overlap in the buffer",
-                    w[0].2, w[1].2
-                )));
+                return Err(Error::plan(format!("segments {} and {} overlap in the buffer", w[0].2, w[1].2)));
             }
         }
         Ok(CopyPlan { source_lens, buffer_len, segments, scatter_check: OnceLock::new() })
@@ -348,8 +345,7 @@ mod tests {
 
     #[test]
     fn split_by_source_keeps_every_segment() {
-        let segs: Vec<Segment> =
-            (0..5).map(|i| Segment::new(i, 0, &[(2, 1)], 2 * i).unwrap()).collect();
+        let segs: Vec<Segment> = (0..5).map(|i| Segment::new(i, 0, &[(2, 1)], 2 * i).unwrap()).collect();
         let plan = CopyPlan::new(vec![2; 5], 10, segs).unwrap();
         let parts = plan.split_by_source(2).unwrap();
         assert_eq!(parts.len(), 3);

@@ -4,12 +4,18 @@ use crate::memory::CpuMemory;
 use gpubuf_core::{DeviceMemory, Element, Error, Layout, Result};
 use ndarray::{ArrayViewD, ArrayViewMutD, Axis, IxDyn, ShapeBuilder};
 
-/// Checks `layout` against the allocation and returns the pointer to the lowest element it
-/// touches plus the layout with all strides made non-negative (and which axes to invert).
-fn positive<T: Element>(mem: &CpuMemory, layout: &Layout) -> Result<(usize, Vec<usize>, Vec<usize>, Vec<usize>)> {
+/// A view re-expressed with non-negative strides: the element where it starts, its shape,
+/// the absolute strides, and the axes to invert afterwards.
+type Positive = (usize, Vec<usize>, Vec<usize>, Vec<usize>);
+
+/// Checks `layout` against the allocation and returns it with non-negative strides.
+fn positive<T: Element>(mem: &CpuMemory, layout: &Layout) -> Result<Positive> {
     let size = std::mem::size_of::<T>();
     if mem.len() % size != 0 {
-        return Err(Error::invalid(format!("allocation of {} bytes is not whole {size}-byte elements", mem.len())));
+        return Err(Error::invalid(format!(
+            "allocation of {} bytes is not whole {size}-byte elements",
+            mem.len()
+        )));
     }
     layout.check_fits(mem.len() / size)?;
     let mut start = layout.offset() as isize;
@@ -29,14 +35,19 @@ fn positive<T: Element>(mem: &CpuMemory, layout: &Layout) -> Result<(usize, Vec<
 ///
 /// # Errors
 /// [`Error::OutOfBounds`] when the layout reaches outside the allocation.
-pub fn with_array<T: Element, R>(mem: &CpuMemory, layout: &Layout, f: impl FnOnce(ArrayViewD<'_, T>) -> R) -> Result<R> {
+pub fn with_array<T: Element, R>(
+    mem: &CpuMemory,
+    layout: &Layout,
+    f: impl FnOnce(ArrayViewD<'_, T>) -> R,
+) -> Result<R> {
     let (start, shape, strides, flips) = positive::<T>(mem, layout)?;
     Ok(mem.with_bytes(|bytes| {
         let base = bytes.as_ptr() as *const T;
         // SAFETY: `check_fits` proved every element of the view inside the allocation;
         // the allocation is aligned to 64 bytes so `T` reads are aligned; the lock is held
         // for the view's lifetime (it does not escape `f`).
-        let mut view = unsafe { ArrayViewD::from_shape_ptr(IxDyn(&shape).strides(IxDyn(&strides)), base.add(start)) };
+        let mut view =
+            unsafe { ArrayViewD::from_shape_ptr(IxDyn(&shape).strides(IxDyn(&strides)), base.add(start)) };
         for ax in flips {
             view.invert_axis(Axis(ax));
         }

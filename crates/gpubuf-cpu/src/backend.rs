@@ -3,8 +3,8 @@
 use crate::kernels::{execute, par_memcpy, Direction};
 use crate::memory::{lock_all, CpuMemory};
 use gpubuf_core::{
-    check_copy, check_fill, check_plan_args, check_scatter_args, Allocator, Backend, BackendKind, CopyPlan, DType, DeviceInfo,
-    Kernels, MemRef, MemoryInfo, PreparedPlan, Result,
+    check_copy, check_fill, check_plan_args, check_scatter_args, Allocator, Backend, BackendKind, CopyPlan,
+    DType, DeviceInfo, Kernels, MemRef, MemoryInfo, PreparedPlan, Result,
 };
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -143,7 +143,13 @@ impl Backend for CpuBackend {
         Ok(())
     }
 
-    fn copy(&self, _stream: &CpuStream, src: MemRef<'_, CpuMemory>, dst: &CpuMemory, dst_offset: usize) -> Result<()> {
+    fn copy(
+        &self,
+        _stream: &CpuStream,
+        src: MemRef<'_, CpuMemory>,
+        dst: &CpuMemory,
+        dst_offset: usize,
+    ) -> Result<()> {
         check_copy(&src, dst, dst_offset)?;
         let _span = tracing::trace_span!("cpu.copy", bytes = src.len).entered();
         let (_guards, ptrs) = lock_all(&[src.memory, dst]);

@@ -70,7 +70,13 @@ word!(u64);
 /// * the buffer shares no byte with any array, and with [`Direction::Scatter`] the arrays
 ///   share no byte with each other and `plan.check_scatter()` has passed;
 /// * nothing else accesses the written memory during the call.
-pub(crate) unsafe fn execute(plan: &CopyPlan, dtype: DType, arrays: &[*mut u8], buffer: *mut u8, dir: Direction) {
+pub(crate) unsafe fn execute(
+    plan: &CopyPlan,
+    dtype: DType,
+    arrays: &[*mut u8],
+    buffer: *mut u8,
+    dir: Direction,
+) {
     let arrays: Vec<Ptr> = arrays.iter().map(|&p| Ptr(p)).collect();
     let buffer = Ptr(buffer);
     let float = dtype.is_float();
@@ -137,7 +143,8 @@ unsafe fn rows<T: Word>(s: &Segment, unit: Unit, array: Ptr, buffer: Ptr, dir: D
     let buffer = buffer.0 as *mut T;
     for r in r0..r1 {
         let (i2, i1, i0) = (r % e2, (r / e2) % e1, r / (e1 * e2));
-        let base = s.offset as isize + i0 as isize * s0 + i1 as isize * s1 + i2 as isize * s2 + c0 as isize * s3;
+        let base =
+            s.offset as isize + i0 as isize * s0 + i1 as isize * s1 + i2 as isize * s2 + c0 as isize * s3;
         // SAFETY: `base + k*s3` for k < n lies inside the source box, which plan validation
         // proved inside the array; `dst_offset + r*row + c0 + k` lies inside the buffer range.
         unsafe {

@@ -40,8 +40,8 @@ impl CpuMemory {
             let ptr = NonNull::new(ALIGN as *mut u8).ok_or_else(|| Error::invalid("null"))?;
             return Ok(CpuMemory { ptr, len, lock: Mutex::new(()) });
         }
-        let layout =
-            Layout::from_size_align(len, ALIGN).map_err(|_| Error::OutOfMemory { requested: len, available: None })?;
+        let layout = Layout::from_size_align(len, ALIGN)
+            .map_err(|_| Error::OutOfMemory { requested: len, available: None })?;
         // SAFETY: `layout` has a non-zero size.
         let raw = unsafe { alloc_zeroed(layout) };
         let ptr = NonNull::new(raw).ok_or(Error::OutOfMemory { requested: len, available: None })?;

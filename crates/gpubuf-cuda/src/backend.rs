@@ -55,7 +55,8 @@ impl CudaBackend {
         driver_available()?;
         let ctx = CudaContext::new(ordinal).map_err(|e| driver(e, "cuDevicePrimaryCtxRetain"))?;
         let info = info_of(&ctx)?;
-        let pools = ctx.attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED).unwrap_or(0);
+        let pools =
+            ctx.attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED).unwrap_or(0);
         let default_stream = new_stream(&ctx)?;
         Ok(CudaBackend {
             inner: Arc::new(Inner {
@@ -93,7 +94,8 @@ impl CudaBackend {
 
 fn new_stream(ctx: &Arc<CudaContext>) -> Result<CudaStream> {
     ctx.bind_to_thread().map_err(|e| driver(e, "cuCtxSetCurrent"))?;
-    let raw = result::stream::create(result::stream::StreamKind::Default).map_err(|e| driver(e, "cuStreamCreate"))?;
+    let raw = result::stream::create(result::stream::StreamKind::Default)
+        .map_err(|e| driver(e, "cuStreamCreate"))?;
     Ok(CudaStream { raw, ctx: ctx.clone() })
 }
 
@@ -146,7 +148,8 @@ impl Backend for CudaBackend {
     }
 
     fn same_device(&self, other: &Self) -> bool {
-        Arc::ptr_eq(&self.inner.ctx, &other.inner.ctx) || self.inner.ctx.ordinal() == other.inner.ctx.ordinal()
+        Arc::ptr_eq(&self.inner.ctx, &other.inner.ctx)
+            || self.inner.ctx.ordinal() == other.inner.ctx.ordinal()
     }
 
     fn default_stream(&self) -> &CudaStream {
@@ -192,7 +195,13 @@ impl Backend for CudaBackend {
         self.with_staging(|s| s.read(stream.raw, at, dst))
     }
 
-    fn copy(&self, stream: &CudaStream, src: MemRef<'_, CudaMemory>, dst: &CudaMemory, dst_offset: usize) -> Result<()> {
+    fn copy(
+        &self,
+        stream: &CudaStream,
+        src: MemRef<'_, CudaMemory>,
+        dst: &CudaMemory,
+        dst_offset: usize,
+    ) -> Result<()> {
         check_copy(&src, dst, dst_offset)?;
         if src.len == 0 {
             return Ok(());
@@ -269,7 +278,11 @@ impl Backend for CudaBackend {
         self.bind()?;
         // SAFETY: a live stream and event of this context.
         unsafe {
-            result::stream::wait_event(stream.raw, event.raw, cudarc::driver::sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT)
+            result::stream::wait_event(
+                stream.raw,
+                event.raw,
+                cudarc::driver::sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT,
+            )
         }
         .map_err(|e| driver(e, "cuStreamWaitEvent"))
     }

@@ -20,7 +20,9 @@ pub fn driver_available() -> Result<()> {
     }
     match result::init() {
         Ok(()) => Ok(()),
-        Err(e) if e.0 == CUresult::CUDA_ERROR_NO_DEVICE => Err(unavailable("the CUDA driver found no device")),
+        Err(e) if e.0 == CUresult::CUDA_ERROR_NO_DEVICE => {
+            Err(unavailable("the CUDA driver found no device"))
+        }
         Err(e) => Err(unavailable(format!("cuInit failed: {}", driver(e, "cuInit")))),
     }
 }

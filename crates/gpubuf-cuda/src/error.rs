@@ -6,7 +6,8 @@ use gpubuf_core::{BackendKind, Error};
 
 /// A driver error for `what`.
 pub(crate) fn driver(e: DriverError, what: &str) -> Error {
-    let text = e.error_string().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|_| format!("{:?}", e.0));
+    let text =
+        e.error_string().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|_| format!("{:?}", e.0));
     Error::Driver { backend: BackendKind::Cuda, code: e.0 as i64, message: format!("{what}: {text}") }
 }
 

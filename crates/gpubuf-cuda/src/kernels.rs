@@ -80,7 +80,8 @@ impl CudaBackend {
         let get = |name: String| -> Result<CUfunction> {
             let c = CString::new(name.clone()).map_err(|_| Error::invalid("kernel name"))?;
             // SAFETY: `raw` is the module just loaded.
-            unsafe { result::module::get_function(raw, c) }.map_err(|e| driver(e, &format!("cuModuleGetFunction({name})")))
+            unsafe { result::module::get_function(raw, c) }
+                .map_err(|e| driver(e, &format!("cuModuleGetFunction({name})")))
         };
         let mut gather = [std::ptr::null_mut(); 4];
         let mut scatter = [std::ptr::null_mut(); 4];

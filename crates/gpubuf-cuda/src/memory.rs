@@ -24,7 +24,10 @@ unsafe impl Sync for CudaMemory {}
 
 impl std::fmt::Debug for CudaMemory {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CudaMemory").field("ptr", &format_args!("{:#x}", self.ptr)).field("len", &self.len).finish()
+        f.debug_struct("CudaMemory")
+            .field("ptr", &format_args!("{:#x}", self.ptr))
+            .field("len", &self.len)
+            .finish()
     }
 }
 

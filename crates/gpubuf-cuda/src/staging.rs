@@ -66,7 +66,8 @@ impl Staging {
             half.copy_from_slice(chunk);
             let at = dst + (k * HALF) as u64;
             // SAFETY: `half` is pinned and stays untouched until the recorded event completes.
-            unsafe { result::memcpy_htod_async(at, &*half, stream) }.map_err(|e| driver(e, "cuMemcpyHtoDAsync"))?;
+            unsafe { result::memcpy_htod_async(at, &*half, stream) }
+                .map_err(|e| driver(e, "cuMemcpyHtoDAsync"))?;
             self.record(i, stream)?;
         }
         Ok(())

@@ -5,7 +5,8 @@ use crate::error::{cl, driver, maybe_oom};
 use crate::kernels::ProgramCache;
 use crate::memory::ClMemory;
 use gpubuf_core::{
-    check_copy, check_fill, Allocator, Backend, BackendKind, DeviceInfo, DeviceMemory, MemRef, MemoryInfo, Result,
+    check_copy, check_fill, Allocator, Backend, BackendKind, DeviceInfo, DeviceMemory, MemRef, MemoryInfo,
+    Result,
 };
 use opencl3::command_queue::{
     enqueue_barrier_with_wait_list, enqueue_copy_buffer, enqueue_fill_buffer, enqueue_marker_with_wait_list,
@@ -79,7 +80,7 @@ impl OpenClBackend {
     /// Opens the device chosen by [`crate::DEVICE_ENV`], or the first device found.
     ///
     /// # Errors
-    /// [`Error::BackendUnavailable`] without a runtime or device; driver errors.
+    /// [`gpubuf_core::Error::BackendUnavailable`] without a runtime or device; driver errors.
     pub fn new() -> Result<Self> {
         Self::from_entry(select()?)
     }
@@ -91,9 +92,11 @@ impl OpenClBackend {
     pub fn from_entry(entry: ClDeviceEntry) -> Result<Self> {
         let context = Context::from_device(&entry.device).map_err(|e| cl(e, "clCreateContext"))?;
         let default_stream = new_queue(&context)?;
-        let max_alloc = entry.device.max_mem_alloc_size().map_err(|e| cl(e, "CL_DEVICE_MAX_MEM_ALLOC_SIZE"))?;
+        let max_alloc =
+            entry.device.max_mem_alloc_size().map_err(|e| cl(e, "CL_DEVICE_MAX_MEM_ALLOC_SIZE"))?;
         let max_param = entry.device.max_parameter_size().unwrap_or(256);
-        let is_gpu = entry.device.dev_type().map(|t| t & opencl3::device::CL_DEVICE_TYPE_GPU != 0).unwrap_or(false);
+        let is_gpu =
+            entry.device.dev_type().map(|t| t & opencl3::device::CL_DEVICE_TYPE_GPU != 0).unwrap_or(false);
         Ok(OpenClBackend {
             inner: Arc::new(Inner {
                 entry,
@@ -132,7 +135,14 @@ impl Allocator for OpenClBackend {
         // SAFETY: one valid mem object of this context; the migration only allocates
         // (content undefined), it moves no data.
         let ev = unsafe {
-            enqueue_migrate_mem_object(q.get(), 1, &handle, CL_MIGRATE_MEM_OBJECT_CONTENT_UNDEFINED, 0, ptr::null())
+            enqueue_migrate_mem_object(
+                q.get(),
+                1,
+                &handle,
+                CL_MIGRATE_MEM_OBJECT_CONTENT_UNDEFINED,
+                0,
+                ptr::null(),
+            )
         }
         .map_err(|c| maybe_oom(c, "clEnqueueMigrateMemObjects", bytes))?;
         release(ev);
@@ -216,7 +226,13 @@ impl Backend for OpenClBackend {
         Ok(())
     }
 
-    fn copy(&self, stream: &ClStream, src: MemRef<'_, ClMemory>, dst: &ClMemory, dst_offset: usize) -> Result<()> {
+    fn copy(
+        &self,
+        stream: &ClStream,
+        src: MemRef<'_, ClMemory>,
+        dst: &ClMemory,
+        dst_offset: usize,
+    ) -> Result<()> {
         check_copy(&src, dst, dst_offset)?;
         if src.len == 0 {
             return Ok(());
@@ -303,4 +319,3 @@ impl Backend for OpenClBackend {
         stream.queue.finish().map_err(|e| maybe_oom(e.0, "clFinish", 0))
     }
 }
-

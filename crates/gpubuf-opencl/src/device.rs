@@ -69,7 +69,13 @@ pub fn devices() -> Result<Vec<ClDeviceEntry>> {
                 total_memory: device.global_mem_size().unwrap_or(0),
                 compute_units: device.max_compute_units().unwrap_or(0),
             };
-            out.push(ClDeviceEntry { platform_index: pi, device_index: di, platform: pname.clone(), info, device });
+            out.push(ClDeviceEntry {
+                platform_index: pi,
+                device_index: di,
+                platform: pname.clone(),
+                info,
+                device,
+            });
         }
     }
     if out.is_empty() {
@@ -91,7 +97,8 @@ pub(crate) fn select() -> Result<ClDeviceEntry> {
     let w = w.trim().to_lowercase();
     let hit = if let Ok(i) = w.parse::<usize>() {
         all.get(i).cloned()
-    } else if let Some((p, d)) = w.split_once(':').and_then(|(p, d)| Some((p.parse().ok()?, d.parse().ok()?))) {
+    } else if let Some((p, d)) = w.split_once(':').and_then(|(p, d)| Some((p.parse().ok()?, d.parse().ok()?)))
+    {
         all.iter().find(|e| e.platform_index == p && e.device_index == d).cloned()
     } else {
         all.iter()

@@ -12,7 +12,11 @@ pub(crate) const PLATFORM_NOT_FOUND: i32 = -1001;
 
 /// A driver error for `what` with the OpenCL status `code`.
 pub(crate) fn driver(code: i32, what: &str) -> Error {
-    Error::Driver { backend: BackendKind::OpenCl, code: i64::from(code), message: format!("{what}: {}", error_text(code)) }
+    Error::Driver {
+        backend: BackendKind::OpenCl,
+        code: i64::from(code),
+        message: format!("{what}: {}", error_text(code)),
+    }
 }
 
 /// Maps an opencl3 error for `what`.

@@ -12,7 +12,8 @@ use crate::error::maybe_oom;
 use crate::memory::ClMemory;
 use gpubuf_core::encode::encode;
 use gpubuf_core::{
-    check_plan_args, check_scatter_args, BackendKind, CopyPlan, DType, Error, Kernels, MemRef, PreparedPlan, Result,
+    check_plan_args, check_scatter_args, BackendKind, CopyPlan, DType, Error, Kernels, MemRef, PreparedPlan,
+    Result,
 };
 use opencl3::command_queue::enqueue_nd_range_kernel;
 use opencl3::event::Event;
@@ -106,7 +107,11 @@ impl OpenClBackend {
                 })
                 .collect()
         };
-        let p = Arc::new(ClProgram { gather: kernels("gather")?, scatter: kernels("scatter")?, _program: program });
+        let p = Arc::new(ClProgram {
+            gather: kernels("gather")?,
+            scatter: kernels("scatter")?,
+            _program: program,
+        });
         map.insert(slots, p.clone());
         Ok(p)
     }
@@ -225,8 +230,10 @@ impl Kernels for OpenClBackend {
 /// `value` must have the type the kernel declares for argument `index`.
 unsafe fn arg<T>(kernel: &Kernel, index: u32, value: &T) -> Result<()> {
     // SAFETY: `value` is valid for `size_of::<T>()` bytes; the caller matches the type.
-    unsafe { set_kernel_arg(kernel.get(), index, std::mem::size_of::<T>(), value as *const T as *const c_void) }
-        .map_err(|c| crate::error::driver(c, &format!("clSetKernelArg({index})")))
+    unsafe {
+        set_kernel_arg(kernel.get(), index, std::mem::size_of::<T>(), value as *const T as *const c_void)
+    }
+    .map_err(|c| crate::error::driver(c, &format!("clSetKernelArg({index})")))
 }
 
 impl OpenClBackend {
@@ -291,7 +298,12 @@ impl OpenClBackend {
     }
 
     /// The device buffer of slot offsets for this launch, re-created only when they change.
-    fn part_offsets(&self, part: &Part, arrays: &[MemRef<'_, ClMemory>], size: usize) -> Result<Arc<ClMemory>> {
+    fn part_offsets(
+        &self,
+        part: &Part,
+        arrays: &[MemRef<'_, ClMemory>],
+        size: usize,
+    ) -> Result<Arc<ClMemory>> {
         let want: Vec<i64> = part.sources.iter().map(|&s| (arrays[s].offset / size) as i64).collect();
         let mut cached = part.offsets.lock();
         match &cached.1 {
@@ -306,4 +318,3 @@ impl OpenClBackend {
         }
     }
 }
-

@@ -1,4 +1,4 @@
-//! Running a [`PlanCase`](crate::strategies::PlanCase) on a backend and reading the bytes back.
+//! Running a [`crate::strategies::PlanCase`] on a backend and reading the bytes back.
 
 use crate::strategies::PlanCase;
 use gpubuf::{Kernels, MemRef, Result};
@@ -41,7 +41,12 @@ pub fn gather<B: Kernels>(b: &B, case: &PlanCase, initial: &[u8]) -> Result<Vec<
 ///
 /// # Errors
 /// Whatever the backend returns.
-pub fn scatter<B: Kernels>(b: &B, case: &PlanCase, buffer: &[u8], targets: &[Vec<u8>]) -> Result<Vec<Vec<u8>>> {
+pub fn scatter<B: Kernels>(
+    b: &B,
+    case: &PlanCase,
+    buffer: &[u8],
+    targets: &[Vec<u8>],
+) -> Result<Vec<Vec<u8>>> {
     let mems: Vec<B::Memory> = targets.iter().map(|s| upload(b, s)).collect::<Result<_>>()?;
     let refs: Vec<MemRef<'_, B::Memory>> = mems.iter().map(MemRef::whole).collect();
     let buf = upload(b, buffer)?;

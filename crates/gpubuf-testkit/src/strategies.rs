@@ -128,8 +128,11 @@ fn build(dtype: DType, nsrc: usize, specs: Vec<SegSpec>, injective: bool, seed: 
     }
     let src_len: Vec<usize> = src_len.iter().map(|&l| l + 2).collect();
     let plan = CopyPlan::new(src_len.clone(), dst + 1, segments).expect("generated plans are valid");
-    let sources =
-        src_len.iter().enumerate().map(|(i, &l)| bytes(l * dtype.size(), seed.wrapping_add(i as u64))).collect();
+    let sources = src_len
+        .iter()
+        .enumerate()
+        .map(|(i, &l)| bytes(l * dtype.size(), seed.wrapping_add(i as u64)))
+        .collect();
     PlanCase { dtype, sources, plan }
 }
 

@@ -14,7 +14,8 @@ fn values<T: Element>(n: usize, seed: u64) -> Vec<T> {
 
 /// Same shape and bit-identical elements in logical order (NaN payloads included).
 fn same<T: Element>(a: &ArrayD<T>, b: &ArrayD<T>) -> bool {
-    a.shape() == b.shape() && a.iter().zip(b.iter()).all(|(x, y)| bytemuck::bytes_of(x) == bytemuck::bytes_of(y))
+    a.shape() == b.shape()
+        && a.iter().zip(b.iter()).all(|(x, y)| bytemuck::bytes_of(x) == bytemuck::bytes_of(y))
 }
 
 /// Host -> NDBuffer -> host for one dtype: contiguous C and F arrays, and non-contiguous
@@ -23,7 +24,8 @@ fn round_trip_one<B: Kernels, T: Element>(b: &B, shape: &[usize], order: Order, 
     let n: usize = shape.iter().product();
     let data = values::<T>(n, seed);
     let host = ArrayD::from_shape_vec(IxDyn(shape), data).map_err(|e| Error::invalid(e.to_string()))?;
-    let host = if order == Order::F { host.t().as_standard_layout().into_owned().reversed_axes() } else { host };
+    let host =
+        if order == Order::F { host.t().as_standard_layout().into_owned().reversed_axes() } else { host };
     let dev = NDBuffer::<B, T>::from_ndarray(b, host.view())?;
     assert_eq!(dev.shape(), shape);
     let back = dev.to_ndarray()?;
@@ -35,7 +37,8 @@ fn round_trip_one<B: Kernels, T: Element>(b: &B, shape: &[usize], order: Order, 
     // The device-side transpose of the upload equals the host transpose.
     assert!(same(&dev.transpose(None)?.to_ndarray()?, &t.to_owned()));
     if shape.len() == 2 {
-        let h2 = host.clone().into_dimensionality::<ndarray::Ix2>().map_err(|e| Error::invalid(e.to_string()))?;
+        let h2 =
+            host.clone().into_dimensionality::<ndarray::Ix2>().map_err(|e| Error::invalid(e.to_string()))?;
         let v = h2.slice(s![..;-1, ..;2]);
         let d = NDBuffer::<B, T>::from_ndarray(b, v)?;
         assert!(same(&d.to_ndarray()?, &v.to_owned().into_dyn()));
@@ -161,7 +164,10 @@ fn from_buffer_zero_copy<B: Kernels>(b: &B) -> Result<()> {
     let other = nd.to_backend(&gpubuf_testkit::cpu())?;
     assert_eq!(other.to_vec()?, vec![1.0, 2.0, 3.0, 9.0]);
     // Errors: too short, misaligned.
-    assert!(matches!(NDBuffer::<B, f32>::from_buffer(buf.clone(), &[5], Order::C), Err(Error::OutOfBounds { .. })));
+    assert!(matches!(
+        NDBuffer::<B, f32>::from_buffer(buf.clone(), &[5], Order::C),
+        Err(Error::OutOfBounds { .. })
+    ));
     assert!(NDBuffer::<B, f32>::from_buffer(buf.slice(2..10)?, &[2], Order::C).is_err());
     Ok(())
 }
@@ -191,7 +197,10 @@ fn buffer_basics<B: Kernels>(b: &B) -> Result<()> {
 
 /// Shape, index and scalar mistakes are typed errors.
 fn ndbuffer_errors<B: Kernels>(b: &B) -> Result<()> {
-    assert!(matches!(NDBuffer::<B, f32>::from_slice(b, &[2, 2], &[1.0; 3]), Err(Error::ShapeMismatch { .. })));
+    assert!(matches!(
+        NDBuffer::<B, f32>::from_slice(b, &[2, 2], &[1.0; 3]),
+        Err(Error::ShapeMismatch { .. })
+    ));
     let a = NDBuffer::<B, f32>::zeros(b, &[2, 3])?;
     assert!(matches!(a.reshape(&[4]), Err(Error::ShapeMismatch { .. })));
     assert!(matches!(a.get(&[2, 0]), Err(Error::OutOfBounds { .. })));

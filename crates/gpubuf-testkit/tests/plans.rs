@@ -49,8 +49,18 @@ fn gather_scatter_round_trip<B: Kernels>(b: &B) -> Result<()> {
             let w = case.dtype.size();
             for (i, t) in touched.iter().enumerate() {
                 for (e, &hit) in t.iter().enumerate() {
-                    let want = if hit { &case.sources[i][e * w..(e + 1) * w] } else { &zeros[i][e * w..(e + 1) * w] };
-                    proptest::prop_assert_eq!(&back[i][e * w..(e + 1) * w], want, "source {} element {}", i, e);
+                    let want = if hit {
+                        &case.sources[i][e * w..(e + 1) * w]
+                    } else {
+                        &zeros[i][e * w..(e + 1) * w]
+                    };
+                    proptest::prop_assert_eq!(
+                        &back[i][e * w..(e + 1) * w],
+                        want,
+                        "source {} element {}",
+                        i,
+                        e
+                    );
                 }
             }
             let want = reference::scatter(&case.plan, case.dtype, &packed, &zeros);
@@ -81,7 +91,9 @@ fn bad_plan_arguments_are_errors<B: Kernels>(b: &B) -> Result<()> {
     // Misaligned offsets and ranges outside the allocation.
     let big = b.allocate(64)?;
     assert!(b.gather(s, &plan, &[MemRef { memory: &big, offset: 2, len: 16 }], MemRef::whole(&dst)).is_err());
-    assert!(b.gather(s, &plan, &[MemRef { memory: &big, offset: 60, len: 16 }], MemRef::whole(&dst)).is_err());
+    assert!(b
+        .gather(s, &plan, &[MemRef { memory: &big, offset: 60, len: 16 }], MemRef::whole(&dst))
+        .is_err());
     // The buffer may not alias a source.
     let alias = b.gather(s, &plan, &[MemRef::new(&big, 0, 16)?], MemRef::new(&big, 8, 16)?);
     assert!(matches!(alias, Err(Error::InvalidArgument(_))), "{alias:?}");
@@ -118,12 +130,15 @@ fn invalid_plans_are_rejected<B: Kernels>(_b: &B) -> Result<()> {
 /// Plans over many sources (more than one launch's worth on some devices) still work.
 fn many_sources<B: Kernels>(b: &B) -> Result<()> {
     let n = 300;
-    let segs: Vec<Segment> =
-        (0..n).map(|i| Segment::new(i, 1, &[(2, 1)], 2 * (n - 1 - i)).map(|s| s.negated(i % 2 == 0))).collect::<Result<_>>()?;
+    let segs: Vec<Segment> = (0..n)
+        .map(|i| Segment::new(i, 1, &[(2, 1)], 2 * (n - 1 - i)).map(|s| s.negated(i % 2 == 0)))
+        .collect::<Result<_>>()?;
     let plan = CopyPlan::new(vec![3; n], 2 * n, segs)?;
     let case = PlanCase {
         dtype: DType::I32,
-        sources: (0..n).map(|i| [i as i32, 10 * i as i32, 100 * i as i32].iter().flat_map(|v| v.to_le_bytes()).collect()).collect(),
+        sources: (0..n)
+            .map(|i| [i as i32, 10 * i as i32, 100 * i as i32].iter().flat_map(|v| v.to_le_bytes()).collect())
+            .collect(),
         plan,
     };
     let got = exec::gather(b, &case, &vec![0u8; 8 * n])?;

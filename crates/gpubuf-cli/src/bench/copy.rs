@@ -46,7 +46,12 @@ fn cases(quick: bool) -> Result<Vec<Case>> {
         at += v.size();
         segs.extend(s);
     }
-    out.push(Case { name: "halo_strips", source_len: nz * nx * nx, plan: CopyPlan::new(vec![nz * nx * nx], at, segs)?, dtype: DType::F64 });
+    out.push(Case {
+        name: "halo_strips",
+        source_len: nz * nx * nx,
+        plan: CopyPlan::new(vec![nz * nx * nx], at, segs)?,
+        dtype: DType::F64,
+    });
     out.push(Case {
         name: "reverse_negate",
         source_len: n,

@@ -117,7 +117,9 @@ impl BackendVisitor for Runner<'_> {
     fn visit<B: Kernels>(self, b: B) -> Result<Report> {
         let results = match self.name {
             "copy" => copy::run(&b, self.opts)?,
-            other => return Err(Error::invalid(format!("unknown benchmark {other:?}; see `gpubuf bench --list`"))),
+            other => {
+                return Err(Error::invalid(format!("unknown benchmark {other:?}; see `gpubuf bench --list`")))
+            }
         };
         Ok(Report { bench: self.name.into(), backend: B::KIND.name().into(), device: b.info().name, results })
     }

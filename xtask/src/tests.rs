@@ -1,0 +1,159 @@
+//! `cargo xtask test-all`.
+
+use crate::deps;
+use crate::sh::{capture, run_ok, run_tee};
+use std::collections::BTreeMap;
+use std::process::Command;
+
+/// Whether each backend can run here, from `gpubuf info --json`.
+struct Probe {
+    available: BTreeMap<String, Result<String, String>>,
+}
+
+fn probe() -> Probe {
+    let mut available = BTreeMap::new();
+    let out = capture(Command::new("cargo").args([
+        "run",
+        "--quiet",
+        "-p",
+        "gpubuf-cli",
+        "--features",
+        "opencl,cuda",
+        "--",
+        "info",
+        "--json",
+    ]));
+    let parsed: Vec<serde_json::Value> = out.and_then(|o| serde_json::from_str(&o).ok()).unwrap_or_default();
+    for name in ["cpu", "opencl", "cuda"] {
+        let entry = parsed.iter().find(|v| v["backend"] == name);
+        let status = match entry {
+            Some(v) if v["available"] == true => {
+                Ok(v["devices"][0]["name"].as_str().unwrap_or("device").to_string())
+            }
+            Some(v) => Err(v["reason"].as_str().unwrap_or("unavailable").to_string()),
+            None => Err("gpubuf info did not report it".to_string()),
+        };
+        available.insert(name.to_string(), status);
+    }
+    Probe { available }
+}
+
+/// Counts `test NAME ... ok` lines per backend: names ending in `::opencl` / `::cuda`
+/// are that backend's; everything else (CPU bodies, unit, doc and cross-backend tests)
+/// counts for the CPU.
+fn count(lines: &[String]) -> (BTreeMap<&'static str, usize>, usize, usize) {
+    let mut per = BTreeMap::from([("cpu", 0), ("opencl", 0), ("cuda", 0)]);
+    let (mut passed, mut failed) = (0, 0);
+    for l in lines {
+        let Some(rest) = l.strip_prefix("test ") else { continue };
+        let Some((name, result)) = rest.rsplit_once(" ... ") else { continue };
+        match result.trim() {
+            "ok" => {
+                passed += 1;
+                let key = if name.ends_with("::opencl") {
+                    "opencl"
+                } else if name.ends_with("::cuda") {
+                    "cuda"
+                } else {
+                    "cpu"
+                };
+                *per.entry(key).or_default() += 1;
+            }
+            r if r.starts_with("FAILED") => failed += 1,
+            _ => {}
+        }
+    }
+    (per, passed, failed)
+}
+
+/// Runs everything; true when it all passed.
+pub fn test_all() -> bool {
+    let ci = std::env::var("CI").map(|v| v == "true" || v == "1").unwrap_or(false);
+    let problems = deps::install();
+    for p in &problems {
+        eprintln!("xtask: {p}");
+    }
+    let mut ok = true;
+    ok &= run_ok(Command::new("cargo").args(["fmt", "--all", "--", "--check"]));
+    ok &= run_ok(Command::new("cargo").args([
+        "clippy",
+        "--workspace",
+        "--all-targets",
+        "--all-features",
+        "--",
+        "-D",
+        "warnings",
+    ]));
+    ok &= run_ok(
+        Command::new("cargo")
+            .args(["doc", "--no-deps", "--workspace", "--all-features"])
+            .env("RUSTDOCFLAGS", "-Dwarnings"),
+    );
+    if !ok {
+        eprintln!("xtask: fmt, clippy or doc failed");
+        return false;
+    }
+
+    let probe = probe();
+    let nvrtc = deps::nvrtc_dir();
+    let mut require = vec!["cpu".to_string()];
+    let mut skip = Vec::new();
+    for name in ["opencl", "cuda"] {
+        match &probe.available[name] {
+            Ok(_) => require.push(name.to_string()),
+            Err(_) => skip.push(format!("::{name}")),
+        }
+    }
+    if nvrtc.is_some() {
+        require.push("nvrtc".into());
+    }
+    let mut cmd = Command::new("cargo");
+    cmd.args([
+        "test",
+        "--workspace",
+        "--features",
+        "gpubuf-testkit/opencl,gpubuf-testkit/cuda,gpubuf-cli/opencl,gpubuf-cli/cuda",
+        "--",
+    ]);
+    for s in &skip {
+        cmd.args(["--skip", s]);
+    }
+    cmd.env("GPUBUF_REQUIRE", require.join(","));
+    if let Some(dir) = &nvrtc {
+        let old = std::env::var("LD_LIBRARY_PATH").unwrap_or_default();
+        cmd.env("LD_LIBRARY_PATH", format!("{}:{old}", dir.display()));
+    }
+    let (lines, tests_ok) = run_tee(&mut cmd);
+    let (per, passed, failed) = count(&lines);
+    let ptx = lines.iter().any(|l| l.starts_with("test cuda_kernels_compile_to_ptx ... ok"));
+
+    println!();
+    println!("== gpubuf test-all summary ==");
+    let mut backend_ok = true;
+    for name in ["cpu", "opencl", "cuda"] {
+        match &probe.available[name] {
+            Ok(device) if per[name] > 0 => println!("backend {name}: ran {} tests (on {device})", per[name]),
+            Ok(device) => {
+                println!("backend {name}: ran 0 tests (on {device})");
+                backend_ok &= name == "cuda";
+            }
+            Err(reason) => {
+                println!("backend {name}: skipped ({reason})");
+                if ci && name != "cuda" {
+                    eprintln!("xtask: CI=true and the {name} backend was skipped");
+                    backend_ok = false;
+                }
+            }
+        }
+    }
+    match (&nvrtc, ptx) {
+        (Some(_), true) => println!("cuda kernels: compiled to PTX by NVRTC"),
+        (Some(_), false) => {
+            println!("cuda kernels: NVRTC present but the PTX test did not pass");
+            backend_ok = false;
+        }
+        (None, _) => println!("cuda kernels: not compiled (NVRTC missing: pip install {})", deps::NVRTC_PIP),
+    }
+    println!("{passed} passed, {failed} failed");
+    tests_ok && backend_ok && failed == 0 && (problems.is_empty() || !ci)
+}
