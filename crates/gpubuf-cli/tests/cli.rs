@@ -1,0 +1,83 @@
+//! The `gpubuf` binary end to end.
+
+use std::process::Command;
+
+fn gpubuf() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_gpubuf"))
+}
+
+fn info_json(cmd: &mut Command) -> Vec<serde_json::Value> {
+    let out = cmd.args(["info", "--json"]).output().expect("gpubuf runs");
+    assert!(out.status.success(), "gpubuf info failed: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).expect("info --json prints JSON")
+}
+
+#[test]
+fn info_lists_cpu_as_available() {
+    let v = info_json(&mut gpubuf());
+    let cpu = v.iter().find(|b| b["backend"] == "cpu").expect("cpu listed");
+    assert_eq!(cpu["available"], true);
+    assert!(cpu["devices"][0]["total_memory"].as_u64().unwrap_or(0) > 0);
+    assert_eq!(v.len(), 3, "every backend is listed, compiled in or not");
+}
+
+#[test]
+fn no_opencl_platform_is_an_error_not_a_panic() {
+    // ocl-icd reads vendor files from OCL_ICD_VENDORS: an empty folder means no platform.
+    let empty = std::env::temp_dir().join("gpubuf-no-icd");
+    std::fs::create_dir_all(&empty).expect("temp dir");
+    let v = info_json(gpubuf().env("OCL_ICD_VENDORS", &empty));
+    let cl = v.iter().find(|b| b["backend"] == "opencl").expect("opencl listed");
+    assert_eq!(cl["available"], false);
+    let reason = cl["reason"].as_str().unwrap_or_default();
+    assert!(reason.contains("unavailable"), "{reason}");
+    // A benchmark on it fails cleanly with the reason.
+    let out = gpubuf()
+        .env("OCL_ICD_VENDORS", &empty)
+        .args(["bench", "copy", "--backend", "opencl", "--quick", "--reps", "1"])
+        .output()
+        .expect("gpubuf runs");
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("opencl unavailable"));
+}
+
+#[test]
+fn bench_json_has_the_contract_shape() {
+    let out = gpubuf().args(["bench", "copy", "--quick", "--reps", "2", "--json"]).output().expect("runs");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(v["bench"], "copy");
+    assert_eq!(v["backend"], "cpu");
+    let results = v["results"].as_array().expect("results");
+    assert_eq!(results.len(), 8);
+    for r in results {
+        let (value, base, ratio) = (r["value"].as_f64(), r["baseline"].as_f64(), r["ratio"].as_f64());
+        assert!(value.unwrap_or(0.0) > 0.0 && base.unwrap_or(0.0) > 0.0, "{r}");
+        let expect = value.unwrap_or(0.0) / base.unwrap_or(1.0);
+        assert!((ratio.unwrap_or(0.0) - expect).abs() < 1e-9 * expect.max(1.0), "{r}");
+        assert_eq!(r["unit"], "GB/s");
+    }
+}
+
+#[test]
+fn bench_writes_an_svg_plot_and_rejects_other_formats() {
+    let path = std::env::temp_dir().join("gpubuf-copy-test.svg");
+    let _ = std::fs::remove_file(&path);
+    let out = gpubuf()
+        .args(["bench", "copy", "--quick", "--reps", "1", "--plot"])
+        .arg(&path)
+        .output()
+        .expect("runs");
+    assert!(out.status.success());
+    let svg = std::fs::read_to_string(&path).expect("plot written");
+    assert!(
+        svg.starts_with("<svg") && svg.contains("contig/gather_gbps") && svg.trim_end().ends_with("</svg>")
+    );
+    let out =
+        gpubuf().args(["bench", "copy", "--quick", "--reps", "1", "--plot", "x.png"]).output().expect("runs");
+    assert!(!out.status.success());
+    let out = gpubuf().args(["bench", "nope"]).output().expect("runs");
+    assert!(!out.status.success());
+    let out = gpubuf().args(["bench", "copy", "--backend", "tpu"]).output().expect("runs");
+    assert!(!out.status.success());
+}
