@@ -188,8 +188,8 @@ impl<'a, M: DeviceMemory> MemRef<'a, M> {
 ///
 /// Handles are cheap to clone and share one device context.
 pub trait Backend: Allocator + Clone + fmt::Debug {
-    /// An in-order work queue.
-    type Stream: Send + Sync + fmt::Debug;
+    /// An in-order work queue. Cloning gives another handle to the same queue.
+    type Stream: Clone + Send + Sync + fmt::Debug;
     /// A marker recorded on a stream that completes when the work before it has.
     type Event: Send + Sync + fmt::Debug;
 
@@ -204,6 +204,10 @@ pub trait Backend: Allocator + Clone + fmt::Debug {
 
     /// The stream used when none is given.
     fn default_stream(&self) -> &Self::Stream;
+
+    /// A number identifying `stream` among the live streams of this device (pools use it
+    /// to hand a freed block back out on the stream that freed it without waiting).
+    fn stream_id(&self, stream: &Self::Stream) -> u64;
 
     /// Creates a new stream.
     ///

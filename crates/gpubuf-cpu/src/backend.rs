@@ -125,6 +125,10 @@ impl Backend for CpuBackend {
         &self.inner.default_stream
     }
 
+    fn stream_id(&self, stream: &CpuStream) -> u64 {
+        stream.id
+    }
+
     fn new_stream(&self) -> Result<CpuStream> {
         Ok(CpuStream { id: self.inner.next_stream.fetch_add(1, Ordering::Relaxed) })
     }

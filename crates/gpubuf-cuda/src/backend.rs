@@ -3,7 +3,7 @@
 use crate::device::{driver_available, info_of, selected_ordinal};
 use crate::error::{driver, maybe_oom};
 use crate::kernels::ModuleCache;
-use crate::memory::{CudaEvent, CudaMemory, CudaStream};
+use crate::memory::{CudaEvent, CudaMemory, CudaStream, OwnedStream};
 use crate::staging::{Staging, DIRECT_BELOW};
 use cudarc::driver::sys::{CUdevice_attribute, CUevent_flags, CUresult};
 use cudarc::driver::{result, CudaContext};
@@ -96,7 +96,7 @@ fn new_stream(ctx: &Arc<CudaContext>) -> Result<CudaStream> {
     ctx.bind_to_thread().map_err(|e| driver(e, "cuCtxSetCurrent"))?;
     let raw = result::stream::create(result::stream::StreamKind::Default)
         .map_err(|e| driver(e, "cuStreamCreate"))?;
-    Ok(CudaStream { raw, ctx: ctx.clone() })
+    Ok(CudaStream { raw, _owner: Arc::new(OwnedStream { raw, ctx: ctx.clone() }) })
 }
 
 impl Allocator for CudaBackend {
@@ -154,6 +154,10 @@ impl Backend for CudaBackend {
 
     fn default_stream(&self) -> &CudaStream {
         &self.inner.default_stream
+    }
+
+    fn stream_id(&self, stream: &CudaStream) -> u64 {
+        stream.raw as u64
     }
 
     fn new_stream(&self) -> Result<CudaStream> {

@@ -61,8 +61,17 @@ impl Drop for CudaMemory {
     }
 }
 
-/// A CUDA stream created blocking with respect to the legacy default stream.
+/// A CUDA stream created blocking with respect to the legacy default stream; clones share
+/// it, and it is destroyed when the last clone drops.
+#[derive(Clone)]
 pub struct CudaStream {
+    pub(crate) raw: CUstream,
+    /// Keeps the stream alive while any clone exists.
+    pub(crate) _owner: Arc<OwnedStream>,
+}
+
+/// The owning handle of a stream.
+pub(crate) struct OwnedStream {
     pub(crate) raw: CUstream,
     pub(crate) ctx: Arc<CudaContext>,
 }
@@ -71,6 +80,10 @@ pub struct CudaStream {
 unsafe impl Send for CudaStream {}
 // SAFETY: as above; the handle is not mutated after creation.
 unsafe impl Sync for CudaStream {}
+// SAFETY: as above.
+unsafe impl Send for OwnedStream {}
+// SAFETY: as above.
+unsafe impl Sync for OwnedStream {}
 
 impl std::fmt::Debug for CudaStream {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -78,7 +91,7 @@ impl std::fmt::Debug for CudaStream {
     }
 }
 
-impl Drop for CudaStream {
+impl Drop for OwnedStream {
     fn drop(&mut self) {
         let _ = self.ctx.bind_to_thread();
         // SAFETY: created by `stream::create`, destroyed once; queued work still completes.

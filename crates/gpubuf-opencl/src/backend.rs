@@ -43,9 +43,10 @@ impl std::fmt::Debug for OpenClBackend {
     }
 }
 
-/// An in-order OpenCL command queue.
+/// An in-order OpenCL command queue (clones share the queue).
+#[derive(Clone)]
 pub struct ClStream {
-    pub(crate) queue: CommandQueue,
+    pub(crate) queue: Arc<CommandQueue>,
 }
 
 impl std::fmt::Debug for ClStream {
@@ -68,7 +69,7 @@ fn new_queue(context: &Context) -> Result<ClStream> {
         #[allow(deprecated)]
         Err(_) => CommandQueue::create_default(context, 0).map_err(|e| cl(e, "clCreateCommandQueue"))?,
     };
-    Ok(ClStream { queue })
+    Ok(ClStream { queue: Arc::new(queue) })
 }
 
 /// Releases an event returned by an enqueue call we do not track.
@@ -172,6 +173,10 @@ impl Backend for OpenClBackend {
 
     fn default_stream(&self) -> &ClStream {
         &self.inner.default_stream
+    }
+
+    fn stream_id(&self, stream: &ClStream) -> u64 {
+        stream.queue.get() as u64
     }
 
     fn new_stream(&self) -> Result<ClStream> {
