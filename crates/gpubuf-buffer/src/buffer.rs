@@ -15,6 +15,8 @@ pub struct Buffer<B: Backend> {
     memory: Arc<B::Memory>,
     offset: usize,
     len: usize,
+    /// Kept alive as long as any view of this buffer (a pool block returns on its drop).
+    lease: Option<Arc<dyn Any + Send + Sync>>,
 }
 
 impl<B: Backend> Clone for Buffer<B> {
@@ -24,6 +26,7 @@ impl<B: Backend> Clone for Buffer<B> {
             memory: self.memory.clone(),
             offset: self.offset,
             len: self.len,
+            lease: self.lease.clone(),
         }
     }
 }
@@ -73,7 +76,7 @@ impl<B: Backend> Buffer<B> {
     /// Wraps an existing allocation (the whole of it).
     pub fn from_memory(backend: &B, memory: B::Memory) -> Self {
         let len = memory.len();
-        Buffer { backend: backend.clone(), memory: Arc::new(memory), offset: 0, len }
+        Buffer { backend: backend.clone(), memory: Arc::new(memory), offset: 0, len, lease: None }
     }
 
     /// Wraps a shared allocation, or a range of it.
@@ -83,7 +86,23 @@ impl<B: Backend> Buffer<B> {
     pub fn from_shared(backend: &B, memory: Arc<B::Memory>, range: Range<usize>) -> Result<Self> {
         let len = range.end.checked_sub(range.start).ok_or_else(|| Error::invalid("reversed range"))?;
         MemRef::new(&*memory, range.start, len)?;
-        Ok(Buffer { backend: backend.clone(), memory, offset: range.start, len })
+        Ok(Buffer { backend: backend.clone(), memory, offset: range.start, len, lease: None })
+    }
+
+    /// Like [`Buffer::from_shared`], holding `lease` until the last view of the buffer drops
+    /// (a memory pool passes its block here, so the block returns when the buffer is gone).
+    ///
+    /// # Errors
+    /// [`Error::OutOfBounds`] when the range leaves the allocation.
+    pub fn from_lease(
+        backend: &B,
+        memory: Arc<B::Memory>,
+        range: Range<usize>,
+        lease: Arc<dyn Any + Send + Sync>,
+    ) -> Result<Self> {
+        let mut b = Self::from_shared(backend, memory, range)?;
+        b.lease = Some(lease);
+        Ok(b)
     }
 
     /// The backend handle.
@@ -134,6 +153,7 @@ impl<B: Backend> Buffer<B> {
             memory: self.memory.clone(),
             offset: self.offset + range.start,
             len: range.end - range.start,
+            lease: self.lease.clone(),
         })
     }
 

@@ -13,12 +13,14 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 #[non_exhaustive]
 pub enum Error {
     /// The device could not provide `requested` bytes. Retrying after freeing memory may succeed.
-    #[error("out of memory: requested {requested} bytes{}", fmt_available(*available))]
+    #[error("out of memory: requested {requested} bytes{}{}", fmt_available(*available), fmt_pool(pool))]
     OutOfMemory {
         /// Bytes asked for.
         requested: usize,
         /// Bytes the device (or pool limit) still had, when known.
         available: Option<usize>,
+        /// The pool's counters when a memory pool gave up (after freeing what it held).
+        pool: Option<Box<PoolStats>>,
     },
     /// An array's shape is not the one the operation needs.
     #[error("shape mismatch: expected {expected:?}, got {got:?}")]
@@ -93,6 +95,46 @@ pub enum Error {
         /// What the driver call was and what it said.
         message: String,
     },
+}
+
+fn fmt_pool(pool: &Option<Box<PoolStats>>) -> String {
+    match pool {
+        Some(p) => format!(
+            "; pool: {} active bytes in {} blocks, {} held bytes in {} blocks, {} managed, limit {}",
+            p.active_bytes,
+            p.active_blocks,
+            p.held_bytes,
+            p.held_blocks,
+            p.managed_bytes,
+            p.limit.map_or("none".to_string(), |l| l.to_string())
+        ),
+        None => String::new(),
+    }
+}
+
+/// A memory pool's counters at one moment (filled in by `gpubuf-pool`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PoolStats {
+    /// Blocks handed out and not yet returned.
+    pub active_blocks: usize,
+    /// Bytes of those blocks (block sizes, after rounding).
+    pub active_bytes: usize,
+    /// Free blocks the pool keeps for reuse.
+    pub held_blocks: usize,
+    /// Bytes of those blocks.
+    pub held_bytes: usize,
+    /// Bytes the pool holds from its allocator (active + held).
+    pub managed_bytes: usize,
+    /// Highest `managed_bytes` seen.
+    pub peak_managed_bytes: usize,
+    /// Highest `active_bytes` seen.
+    pub peak_active_bytes: usize,
+    /// Allocations served without calling the allocator.
+    pub hits: u64,
+    /// Allocations that called the allocator.
+    pub misses: u64,
+    /// The memory limit, if one is set.
+    pub limit: Option<usize>,
 }
 
 fn fmt_available(available: Option<usize>) -> String {

@@ -33,7 +33,7 @@ pub use backend::{
     DeviceMemory, Kernels, MemRef, MemoryInfo, PreparedPlan,
 };
 pub use dtype::{DType, Element};
-pub use error::{Error, Result};
+pub use error::{Error, PoolStats, Result};
 pub use layout::{checked_size, Layout, Order};
 pub use plan::{CopyPlan, Segment, MAX_DIMS};
 

@@ -14,7 +14,7 @@ pub(crate) fn driver(e: DriverError, what: &str) -> Error {
 /// A driver error for an operation that allocates `requested` bytes.
 pub(crate) fn maybe_oom(e: DriverError, what: &str, requested: usize) -> Error {
     if e.0 == CUresult::CUDA_ERROR_OUT_OF_MEMORY {
-        Error::OutOfMemory { requested, available: None }
+        Error::OutOfMemory { requested, available: None, pool: None }
     } else {
         driver(e, what)
     }

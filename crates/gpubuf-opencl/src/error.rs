@@ -28,7 +28,7 @@ pub(crate) fn cl(e: ClError, what: &str) -> Error {
 /// first touches allocate lazily on some implementations, PoCL among them).
 pub(crate) fn maybe_oom(code: i32, what: &str, requested: usize) -> Error {
     if OOM_CODES.contains(&code) {
-        Error::OutOfMemory { requested, available: None }
+        Error::OutOfMemory { requested, available: None, pool: None }
     } else {
         driver(code, what)
     }

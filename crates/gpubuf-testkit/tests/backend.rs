@@ -79,7 +79,7 @@ fn allocation_edges<B: Kernels>(b: &B) -> Result<()> {
         Err(Error::OutOfMemory { requested, .. }) => assert_eq!(requested, 1usize << 52),
         other => panic!("a 4 PiB allocation must fail with OutOfMemory, got {other:?}"),
     }
-    assert!(Error::OutOfMemory { requested: 1, available: None }.is_retryable());
+    assert!(Error::OutOfMemory { requested: 1, available: None, pool: None }.is_retryable());
     let info = b.info();
     assert!(!info.name.is_empty());
     assert_eq!(info.backend, B::KIND);

@@ -23,6 +23,9 @@
 mod select;
 
 pub use gpubuf_buffer::{Buffer, NDBuffer};
+/// The memory pool crate.
+pub use gpubuf_pool as pool;
+pub use gpubuf_pool::{MemoryPool, PooledBuffer};
 pub use gpubuf_core::*;
 pub use select::{compiled, devices, status, with_backend, BackendStatus, BackendVisitor};
 

@@ -1,6 +1,7 @@
 //! The `gpubuf bench` frame: timing, progress bars, the report (table, JSON, SVG).
 
 mod copy;
+mod pool;
 
 use crate::plot;
 use gpubuf::{with_backend, BackendKind, BackendVisitor, Error, Kernels, Result};
@@ -60,10 +61,13 @@ pub struct Report {
     pub results: Vec<Entry>,
 }
 
-const BENCHES: [(&str, &str); 1] = [(
-    "copy",
-    "copy-plan gather (contiguous, transpose, halo strips, reversed+negated) vs a plain device copy of the same bytes",
-)];
+const BENCHES: [(&str, &str); 2] = [
+    (
+        "copy",
+        "copy-plan gather (contiguous, transpose, halo strips, reversed+negated) vs a plain device copy of the same bytes",
+    ),
+    ("pool", "memory pool hit path vs the raw allocator, a mixed 64-buffer workload, two threads"),
+];
 
 /// Prints the benchmark names.
 pub fn list() {
@@ -117,6 +121,7 @@ impl BackendVisitor for Runner<'_> {
     fn visit<B: Kernels>(self, b: B) -> Result<Report> {
         let results = match self.name {
             "copy" => copy::run(&b, self.opts)?,
+            "pool" => pool::run(&b, self.opts)?,
             other => {
                 return Err(Error::invalid(format!("unknown benchmark {other:?}; see `gpubuf bench --list`")))
             }

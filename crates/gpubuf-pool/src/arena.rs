@@ -1,0 +1,381 @@
+//! The pool's bookkeeping: segments (allocator allocations) carved into blocks, a best-fit
+//! set of free blocks that coalesce with their neighbours, and per-bin quick lists of
+//! recently freed blocks that a same-bin request takes without any search.
+//!
+//! Nothing here calls the allocator or frees memory: segments to free are handed back to
+//! the caller, which drops them after releasing the pool's lock.
+
+use crate::stream::{usable, Events};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+/// Whether no event of a free block is pending any more (completed ones are dropped).
+fn idle(events: &mut Events) -> bool {
+    events.retain(|(_, e)| !e.complete());
+    events.is_empty()
+}
+
+/// One allocation from the allocator.
+pub(crate) struct Segment<M> {
+    pub(crate) mem: Arc<M>,
+    pub(crate) size: usize,
+    /// Bytes of blocks that are not in the free set (active or in a quick list).
+    pub(crate) used: usize,
+    pub(crate) large: bool,
+}
+
+/// A block in the free set.
+struct Free {
+    size: usize,
+    events: Events,
+}
+
+/// A recently freed block waiting in its bin's quick list (not coalesced).
+pub(crate) struct Quick {
+    pub(crate) seg: usize,
+    pub(crate) offset: usize,
+    pub(crate) size: usize,
+    pub(crate) events: Events,
+}
+
+/// A block handed out: which segment, where, how big.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Taken {
+    pub(crate) seg: usize,
+    pub(crate) offset: usize,
+    pub(crate) size: usize,
+}
+
+pub(crate) struct Arena<M> {
+    pub(crate) segments: Vec<Option<Segment<M>>>,
+    spare_ids: Vec<usize>,
+    /// Free blocks by (segment, offset), for coalescing.
+    free_blocks: BTreeMap<(usize, usize), Free>,
+    /// Free blocks by (large, size, segment, offset), for best fit.
+    by_size: BTreeSet<(bool, usize, usize, usize)>,
+    /// Quick lists by bin.
+    quick: Vec<Vec<Quick>>,
+    pub(crate) quick_bytes: usize,
+    pub(crate) quick_blocks: usize,
+    pub(crate) free_bytes: usize,
+    pub(crate) managed: usize,
+    pub(crate) active_bytes: usize,
+    pub(crate) active_blocks: usize,
+    /// Active blocks per request bin.
+    pub(crate) active_per_bin: Vec<usize>,
+}
+
+impl<M> Arena<M> {
+    pub(crate) fn new(bins: usize) -> Self {
+        Arena {
+            segments: Vec::new(),
+            spare_ids: Vec::new(),
+            free_blocks: BTreeMap::new(),
+            by_size: BTreeSet::new(),
+            quick: (0..bins).map(|_| Vec::new()).collect(),
+            quick_bytes: 0,
+            quick_blocks: 0,
+            free_bytes: 0,
+            managed: 0,
+            active_bytes: 0,
+            active_blocks: 0,
+            active_per_bin: vec![0; bins],
+        }
+    }
+
+    pub(crate) fn held_bytes(&self) -> usize {
+        self.free_bytes + self.quick_bytes
+    }
+
+    pub(crate) fn held_blocks(&self) -> usize {
+        self.free_blocks.len() + self.quick_blocks
+    }
+
+    /// The allocation of a live segment.
+    ///
+    /// # Panics
+    /// If `seg` is not a live segment (a bookkeeping bug, never user input).
+    pub(crate) fn mem_ptr(&self, seg: usize) -> std::ptr::NonNull<M> {
+        #[allow(clippy::expect_used)]
+        let s = self.segments[seg].as_ref().expect("blocks are only handed out from live segments");
+        // `Arc::as_ptr` is never null.
+        std::ptr::NonNull::from(&*s.mem)
+    }
+
+    fn activate(&mut self, t: Taken, bin: usize) -> Taken {
+        self.active_bytes += t.size;
+        self.active_blocks += 1;
+        if let Some(n) = self.active_per_bin.get_mut(bin) {
+            *n += 1;
+        }
+        t
+    }
+
+    /// A block of exactly `size` bytes for a request in `bin`, usable on stream `tag`,
+    /// from the quick list or by best fit (splitting off the remainder when it is at least
+    /// `min_split`).
+    pub(crate) fn take(&mut self, size: usize, bin: usize, large: bool, tag: Option<u64>, min_split: usize) -> Option<Taken> {
+        if let Some(list) = self.quick.get_mut(bin) {
+            if let Some(i) = list.iter_mut().rposition(|q| q.size == size && usable(&mut q.events, tag)) {
+                let q = list.swap_remove(i);
+                self.quick_bytes -= q.size;
+                self.quick_blocks -= 1;
+                return Some(self.activate(Taken { seg: q.seg, offset: q.offset, size: q.size }, bin));
+            }
+        }
+        let mut pick = None;
+        for &(l, bsize, seg, offset) in self.by_size.range((large, size, 0, 0)..).take(16) {
+            if l != large {
+                break;
+            }
+            let f = self.free_blocks.get_mut(&(seg, offset))?;
+            if usable(&mut f.events, tag) {
+                pick = Some((bsize, seg, offset));
+                break;
+            }
+        }
+        let (bsize, seg, offset) = pick?;
+        self.by_size.remove(&(large, bsize, seg, offset));
+        let f = self.free_blocks.remove(&(seg, offset))?;
+        self.free_bytes -= bsize;
+        let mut given = bsize;
+        if bsize - size >= min_split {
+            given = size;
+            self.insert_free(seg, offset + size, bsize - size, f.events, large);
+        }
+        if let Some(s) = self.segments.get_mut(seg).and_then(|s| s.as_mut()) {
+            s.used += given;
+        }
+        Some(self.activate(Taken { seg, offset, size: given }, bin))
+    }
+
+    fn insert_free(&mut self, seg: usize, offset: usize, size: usize, events: Events, large: bool) {
+        self.free_bytes += size;
+        self.by_size.insert((large, size, seg, offset));
+        self.free_blocks.insert((seg, offset), Free { size, events });
+    }
+
+    /// Adds a fresh segment, wholly free; returns its id.
+    pub(crate) fn add_segment(&mut self, mem: Arc<M>, size: usize, large: bool) -> usize {
+        let seg = Segment { mem, size, used: 0, large };
+        let id = match self.spare_ids.pop() {
+            Some(id) => {
+                self.segments[id] = Some(seg);
+                id
+            }
+            None => {
+                self.segments.push(Some(seg));
+                self.segments.len() - 1
+            }
+        };
+        self.managed += size;
+        self.insert_free(id, 0, size, Vec::new(), large);
+        id
+    }
+
+    /// Returns an active block: to its bin's quick list when `quick` allows, else to the
+    /// free set (coalescing). Returns whether its segment became wholly free.
+    pub(crate) fn release(&mut self, t: Taken, bin: usize, events: Events, quick: bool) -> bool {
+        self.active_bytes -= t.size;
+        self.active_blocks -= 1;
+        if let Some(n) = self.active_per_bin.get_mut(bin) {
+            *n -= 1;
+        }
+        if quick {
+            if let Some(list) = self.quick.get_mut(bin) {
+                list.push(Quick { seg: t.seg, offset: t.offset, size: t.size, events });
+                self.quick_bytes += t.size;
+                self.quick_blocks += 1;
+                return false;
+            }
+        }
+        self.coalesce(t.seg, t.offset, t.size, events)
+    }
+
+    /// Puts a non-free block into the free set, merged with free neighbours. A block whose
+    /// events are still pending stays apart (merging would make its neighbours wait for
+    /// them too); [`Arena::flush_quick`] merges it once they complete. Returns whether its
+    /// segment is now wholly free.
+    fn coalesce(&mut self, seg: usize, offset: usize, size: usize, mut events: Events) -> bool {
+        if let Some(s) = self.segments.get_mut(seg).and_then(|s| s.as_mut()) {
+            s.used -= size;
+        }
+        events.retain(|(_, e)| !e.complete());
+        self.merge_in(seg, offset, size, events)
+    }
+
+    fn merge_in(&mut self, seg: usize, mut offset: usize, mut size: usize, events: Events) -> bool {
+        let Some(large) = self.segments.get(seg).and_then(|s| s.as_ref()).map(|s| s.large) else {
+            return false;
+        };
+        if events.is_empty() {
+            let next_idle = self.free_blocks.get_mut(&(seg, offset + size)).is_some_and(|n| idle(&mut n.events));
+            if next_idle {
+                if let Some(next) = self.free_blocks.remove(&(seg, offset + size)) {
+                    self.by_size.remove(&(large, next.size, seg, offset + size));
+                    self.free_bytes -= next.size;
+                    size += next.size;
+                }
+            }
+            let prev = self.free_blocks.range_mut(..(seg, offset)).next_back();
+            let prev = prev.filter(|(&(s, o), f)| s == seg && o + f.size == offset).map(|(&(_, o), f)| (o, f));
+            if let Some((po, p)) = prev {
+                if idle(&mut p.events) {
+                    let psize = p.size;
+                    self.free_blocks.remove(&(seg, po));
+                    self.by_size.remove(&(large, psize, seg, po));
+                    self.free_bytes -= psize;
+                    offset = po;
+                    size += psize;
+                }
+            }
+        }
+        self.insert_free(seg, offset, size, events, large);
+        self.segments.get(seg).and_then(|s| s.as_ref()).is_some_and(|s| s.used == 0)
+    }
+
+    /// Merges free blocks whose pending events have completed with their neighbours.
+    fn merge_settled(&mut self) {
+        let settled: Vec<(usize, usize)> = self
+            .free_blocks
+            .iter_mut()
+            .filter(|(_, f)| !f.events.is_empty())
+            .filter_map(|(&k, f)| idle(&mut f.events).then_some(k))
+            .collect();
+        for (seg, offset) in settled {
+            let Some(large) = self.segments.get(seg).and_then(|s| s.as_ref()).map(|s| s.large) else { continue };
+            if let Some(f) = self.free_blocks.remove(&(seg, offset)) {
+                self.by_size.remove(&(large, f.size, seg, offset));
+                self.free_bytes -= f.size;
+                self.merge_in(seg, offset, f.size, Vec::new());
+            }
+        }
+    }
+
+    /// Moves every quick-list block into the free set, and merges free blocks whose
+    /// events have completed since they were freed.
+    pub(crate) fn flush_quick(&mut self) {
+        let lists: Vec<Vec<Quick>> = self.quick.iter_mut().map(std::mem::take).collect();
+        self.quick_bytes = 0;
+        self.quick_blocks = 0;
+        for q in lists.into_iter().flatten() {
+            self.coalesce(q.seg, q.offset, q.size, q.events);
+        }
+        self.merge_settled();
+    }
+
+    /// Removes wholly free segments, largest first, while `more(self)` says so; returns
+    /// their memory for the caller to drop outside the lock.
+    pub(crate) fn release_free_segments(&mut self, mut more: impl FnMut(&Self) -> bool) -> Vec<Arc<M>> {
+        let mut ids: Vec<(usize, usize)> = self
+            .segments
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| s.as_ref().filter(|s| s.used == 0).map(|s| (s.size, i)))
+            .collect();
+        ids.sort_unstable_by(|a, b| b.cmp(a));
+        let mut out = Vec::new();
+        for (size, id) in ids {
+            if !more(self) {
+                break;
+            }
+            let Some(seg) = self.segments[id].take() else { continue };
+            // Usually one block; several when some still wait on events (backend frees
+            // are ordered after queued work, so dropping the memory is safe regardless).
+            let offsets: Vec<usize> = self.free_blocks.range((id, 0)..(id + 1, 0)).map(|(&(_, o), _)| o).collect();
+            for o in offsets {
+                if let Some(f) = self.free_blocks.remove(&(id, o)) {
+                    self.by_size.remove(&(seg.large, f.size, id, o));
+                    self.free_bytes -= f.size;
+                }
+            }
+            self.managed -= size;
+            self.spare_ids.push(id);
+            out.push(seg.mem);
+        }
+        out
+    }
+
+    /// Sizes of the held blocks: free-set blocks and quick-list blocks.
+    pub(crate) fn held_sizes(&self) -> impl Iterator<Item = usize> + '_ {
+        self.free_blocks.values().map(|f| f.size).chain(self.quick.iter().flatten().map(|q| q.size))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stream::Pending;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    struct Manual(AtomicBool);
+    impl Pending for Manual {
+        fn complete(&self) -> bool {
+            self.0.load(Ordering::SeqCst)
+        }
+    }
+
+    fn arena() -> Arena<()> {
+        let mut a = Arena::new(64 * 16);
+        a.add_segment(Arc::new(()), 1 << 20, false);
+        a
+    }
+
+    #[test]
+    fn a_block_freed_on_a_stream_goes_elsewhere_only_after_its_event() {
+        let mut a = arena();
+        let t = a.take(4096, 7, false, Some(1), 256).unwrap();
+        let ev = Arc::new(Manual(AtomicBool::new(false)));
+        a.release(t, 7, vec![(1, ev.clone())], true);
+        // Another stream must not get the block while stream 1's work may still use it.
+        let other = a.take(4096, 7, false, Some(2), 256).unwrap();
+        assert_ne!(other.offset, t.offset);
+        // The host (no stream) must wait for every event too.
+        assert!(a.take(4096, 7, false, None, 256).map(|x| x.offset) != Some(t.offset));
+        // The freeing stream gets it back at once: its own order covers the reuse.
+        let again = a.take(4096, 7, false, Some(1), 256).unwrap();
+        assert_eq!(again.offset, t.offset);
+        a.release(again, 7, vec![(1, ev.clone())], true);
+        ev.0.store(true, Ordering::SeqCst);
+        let now = a.take(4096, 7, false, Some(2), 256).unwrap();
+        assert_eq!(now.offset, t.offset, "after the event completes any stream may reuse it");
+    }
+
+    #[test]
+    fn record_stream_events_hold_the_block_for_every_other_stream() {
+        let mut a = arena();
+        let t = a.take(8192, 9, false, Some(1), 256).unwrap();
+        let e1 = Arc::new(Manual(AtomicBool::new(true)));
+        let e3 = Arc::new(Manual(AtomicBool::new(false)));
+        a.release(t, 9, vec![(1, e1), (3, e3.clone())], false);
+        // Stream 1's event is done but stream 3 still uses the block: only stream 3 may
+        // take it now.
+        let x = a.take(8192, 9, false, Some(1), 256).unwrap();
+        assert_ne!(x.offset, t.offset);
+        let y = a.take(8192, 9, false, Some(3), 256).unwrap();
+        assert_eq!(y.offset, t.offset);
+        a.release(x, 9, Vec::new(), false);
+        a.release(y, 9, Vec::new(), false);
+        assert_eq!(a.active_blocks, 0);
+        assert_eq!(a.held_bytes(), a.managed);
+        // Everything coalesced back into one free block.
+        assert_eq!(a.free_blocks.len(), 1);
+    }
+
+    #[test]
+    fn splitting_and_coalescing_keep_the_accounting() {
+        let mut a = arena();
+        let xs: Vec<Taken> = (0..8).map(|_| a.take(65536, 20, false, None, 256).unwrap()).collect();
+        assert_eq!(a.active_bytes, 8 * 65536);
+        assert_eq!(a.active_bytes + a.held_bytes(), a.managed);
+        for (i, x) in xs.iter().enumerate() {
+            a.release(*x, 20, Vec::new(), i % 2 == 0);
+            assert_eq!(a.active_bytes + a.held_bytes(), a.managed);
+        }
+        a.flush_quick();
+        assert_eq!(a.free_blocks.len(), 1);
+        let freed = a.release_free_segments(|_| true);
+        assert_eq!(freed.len(), 1);
+        assert_eq!((a.managed, a.held_bytes(), a.held_blocks()), (0, 0, 0));
+    }
+}

@@ -1,0 +1,157 @@
+//! [`PooledBuffer`]: a block on loan from a [`crate::MemoryPool`].
+
+use crate::arena::Taken;
+use crate::bins::block_size;
+use crate::pool::Shared;
+use crate::stream::{Events, PoolStream, StreamHandle};
+use gpubuf_buffer::Buffer;
+use gpubuf_core::{Allocator, Backend, MemRef, Result};
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+/// A block of pool memory: a byte range of a shared allocation. It goes back to the pool
+/// when dropped (or with [`PooledBuffer::release`]).
+pub struct PooledBuffer<A: Allocator> {
+    pool: Arc<Shared<A>>,
+    /// The segment's allocation. The segment keeps its `Arc` alive while any of its blocks
+    /// is active (only wholly free segments are released), so this pointer stays valid for
+    /// the life of the block; holding it raw spares two atomic operations per allocation.
+    mem: NonNull<A::Memory>,
+    taken: Taken,
+    len: usize,
+    bin: usize,
+    owner: Option<Arc<dyn PoolStream>>,
+    used_on: Vec<Arc<dyn PoolStream>>,
+}
+
+// SAFETY: the raw pointer is to an `A::Memory` (Send + Sync) kept alive by the pool; all
+// other fields are Send + Sync.
+unsafe impl<A: Allocator> Send for PooledBuffer<A> {}
+// SAFETY: as above; `&PooledBuffer` only lends `&A::Memory`.
+unsafe impl<A: Allocator> Sync for PooledBuffer<A> {}
+
+impl<A: Allocator> std::fmt::Debug for PooledBuffer<A> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PooledBuffer")
+            .field("offset", &self.taken.offset)
+            .field("len", &self.len)
+            .field("block", &self.taken.size)
+            .finish()
+    }
+}
+
+impl<A: Allocator> PooledBuffer<A> {
+    pub(crate) fn new(
+        pool: Arc<Shared<A>>,
+        mem: NonNull<A::Memory>,
+        taken: Taken,
+        len: usize,
+        bin: usize,
+        owner: Option<Arc<dyn PoolStream>>,
+    ) -> Self {
+        PooledBuffer { pool, mem, taken, len, bin, owner, used_on: Vec::new() }
+    }
+
+    /// The allocation the block lies in.
+    pub fn memory(&self) -> &A::Memory {
+        // SAFETY: see the field: the allocation outlives every active block carved from it.
+        unsafe { self.mem.as_ref() }
+    }
+
+    /// Byte offset of the block in [`PooledBuffer::memory`].
+    pub fn offset(&self) -> usize {
+        self.taken.offset
+    }
+
+    /// The size asked for.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether zero bytes were asked for.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The block's real size (the request padded to its size class, or more).
+    pub fn block_size(&self) -> usize {
+        self.taken.size
+    }
+
+    /// The requested bytes as a [`MemRef`] for backend calls.
+    pub fn memref(&self) -> MemRef<'_, A::Memory> {
+        MemRef { memory: self.memory(), offset: self.taken.offset, len: self.len }
+    }
+
+    /// Notes that work on `stream` uses the block (beyond the stream it was allocated on):
+    /// when the block is freed an event is recorded there too, and the block goes to other
+    /// streams only after it completes (PyTorch's `record_stream`).
+    pub fn record_stream<B: Backend>(&mut self, backend: &B, stream: &B::Stream) {
+        let id = backend.stream_id(stream);
+        if self.owner.as_ref().is_some_and(|o| o.id() == id) || self.used_on.iter().any(|s| s.id() == id) {
+            return;
+        }
+        self.used_on.push(Arc::new(StreamHandle { backend: backend.clone(), stream: stream.clone() }));
+    }
+
+    /// Returns the block to the pool now (the same as dropping it).
+    pub fn release(self) {}
+
+    /// The block as a [`Buffer`] of the requested length; the block returns to the pool
+    /// when the last view of that buffer drops.
+    ///
+    /// # Errors
+    /// [`gpubuf_core::Error::OutOfBounds`] only if the pool's bookkeeping were inconsistent.
+    pub fn into_buffer<B: Backend<Memory = A::Memory>>(self, backend: &B) -> Result<Buffer<B>>
+    where
+        A: 'static,
+    {
+        // SAFETY: `mem` came from `Arc::as_ptr` of the segment's `Arc`, which is alive while
+        // this block is active (see the field); adding a strong count first makes the new
+        // `Arc` an owner of its own.
+        let mem = unsafe {
+            Arc::increment_strong_count(self.mem.as_ptr());
+            Arc::from_raw(self.mem.as_ptr())
+        };
+        let range = self.taken.offset..self.taken.offset + self.len;
+        Buffer::from_lease(backend, mem, range, Arc::new(self))
+    }
+
+    fn events(&self) -> Events {
+        let mut out = Events::new();
+        for s in self.owner.iter().chain(self.used_on.iter()) {
+            match s.record() {
+                Ok(Some(e)) => out.push((s.id(), e)),
+                Ok(None) => {}
+                Err(e) => tracing::warn!("recording a pool event failed ({e}); the block is dropped, not reused"),
+            }
+        }
+        out
+    }
+}
+
+impl<A: Allocator> Drop for PooledBuffer<A> {
+    fn drop(&mut self) {
+        let events = self.events();
+        let cfg = &self.pool.config;
+        let freed = {
+            let mut st = self.pool.state.lock();
+            let holding = st.holding;
+            let active = st.arena.active_bytes;
+            st.note_active_before(active);
+            let quick = holding && self.taken.size == block_size(self.len, cfg.leading_bits_in_bin_id);
+            let whole = st.arena.release(self.taken, self.bin, events, quick);
+            st.note_active();
+            let allowed = st.allowed_managed(cfg);
+            if !holding && whole {
+                st.arena.release_free_segments(|_| true)
+            } else if st.arena.managed > allowed && st.arena.held_bytes() > 0 {
+                st.arena.flush_quick();
+                st.arena.release_free_segments(|a| a.managed > allowed)
+            } else {
+                Vec::new()
+            }
+        };
+        drop(freed);
+    }
+}

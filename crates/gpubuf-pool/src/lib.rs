@@ -1,0 +1,35 @@
+//! gpubuf-pool: a device-memory pool over any gpubuf [`Allocator`](gpubuf_core::Allocator).
+//!
+//! pyopencl's `MemoryPool` semantics (size classes from the leading bits of the size,
+//! blocks returned on drop, `held_blocks`/`active_blocks`/`managed_bytes`/`active_bytes`,
+//! `free_held`, `stop_holding`, immediate and deferred allocators), plus what long-running
+//! GPU programs need: an out-of-memory ladder, a memory limit, bounded held memory,
+//! thread safety and stream-safe reuse.
+//!
+//! ```
+//! use gpubuf_cpu::CpuBackend;
+//! use gpubuf_pool::MemoryPool;
+//!
+//! let pool = MemoryPool::new(CpuBackend::new());
+//! let a = pool.allocate(1000)?;
+//! assert!(a.block_size() >= 1000);
+//! drop(a); // back to the pool
+//! let b = pool.allocate(1000)?; // served from the pool, not the allocator
+//! assert_eq!(pool.stats().hits, 1);
+//! drop(b);
+//! pool.free_held();
+//! assert_eq!(pool.managed_bytes(), 0);
+//! # Ok::<(), gpubuf_core::Error>(())
+//! ```
+
+mod allocators;
+mod arena;
+mod bins;
+mod block;
+mod pool;
+mod stream;
+
+pub use allocators::{DeferredAllocator, ImmediateAllocator};
+pub use bins::{alloc_size, bin_number, block_size, GRANULE};
+pub use block::PooledBuffer;
+pub use pool::{BinReport, Limit, MemoryPool, PoolConfig};
