@@ -40,11 +40,15 @@ impl CpuMemory {
             let ptr = NonNull::new(ALIGN as *mut u8).ok_or_else(|| Error::invalid("null"))?;
             return Ok(CpuMemory { ptr, len, lock: Mutex::new(()) });
         }
-        let layout = Layout::from_size_align(len, ALIGN)
-            .map_err(|_| Error::OutOfMemory { requested: len, available: None, pool: None })?;
+        let layout = Layout::from_size_align(len, ALIGN).map_err(|_| Error::OutOfMemory {
+            requested: len,
+            available: None,
+            pool: None,
+        })?;
         // SAFETY: `layout` has a non-zero size.
         let raw = unsafe { alloc_zeroed(layout) };
-        let ptr = NonNull::new(raw).ok_or(Error::OutOfMemory { requested: len, available: None, pool: None })?;
+        let ptr =
+            NonNull::new(raw).ok_or(Error::OutOfMemory { requested: len, available: None, pool: None })?;
         if touch {
             for page in (0..len).step_by(4096) {
                 // SAFETY: `page < len`, inside the allocation we own exclusively here.

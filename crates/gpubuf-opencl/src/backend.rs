@@ -116,6 +116,11 @@ impl OpenClBackend {
         &self.inner.entry
     }
 
+    /// The default queue (for SVM copies).
+    pub(crate) fn inner_default_queue(&self) -> Arc<CommandQueue> {
+        self.inner.default_stream.queue.clone()
+    }
+
     /// Largest single allocation the device allows (`CL_DEVICE_MAX_MEM_ALLOC_SIZE`).
     pub fn max_alloc(&self) -> u64 {
         self.inner.max_alloc

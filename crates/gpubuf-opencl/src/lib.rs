@@ -27,8 +27,10 @@ mod device;
 mod error;
 mod kernels;
 mod memory;
+mod svm;
 
 pub use backend::{ClEvent, ClStream, OpenClBackend};
 pub use device::{devices, runtime_available, ClDeviceEntry, DEVICE_ENV};
 pub use kernels::{prelude, ClPlan, MAX_SLOTS, PLAN_SOURCE};
 pub use memory::ClMemory;
+pub use svm::{SvmAllocator, SvmMemory};

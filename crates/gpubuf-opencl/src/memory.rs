@@ -38,7 +38,11 @@ impl ClMemory {
     /// Creates a read-write buffer of `len` bytes (lazily backed on some implementations).
     pub(crate) fn new(context: &Context, len: usize, max_alloc: u64) -> Result<Self> {
         if len as u64 > max_alloc {
-            return Err(Error::OutOfMemory { requested: len, available: Some(max_alloc as usize), pool: None });
+            return Err(Error::OutOfMemory {
+                requested: len,
+                available: Some(max_alloc as usize),
+                pool: None,
+            });
         }
         // SAFETY: a valid context, no host pointer, a non-zero size.
         let buffer = unsafe { Buffer::<u8>::create(context, CL_MEM_READ_WRITE, len.max(1), ptr::null_mut()) };

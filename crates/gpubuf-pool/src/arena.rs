@@ -114,7 +114,14 @@ impl<M> Arena<M> {
     /// A block of exactly `size` bytes for a request in `bin`, usable on stream `tag`,
     /// from the quick list or by best fit (splitting off the remainder when it is at least
     /// `min_split`).
-    pub(crate) fn take(&mut self, size: usize, bin: usize, large: bool, tag: Option<u64>, min_split: usize) -> Option<Taken> {
+    pub(crate) fn take(
+        &mut self,
+        size: usize,
+        bin: usize,
+        large: bool,
+        tag: Option<u64>,
+        min_split: usize,
+    ) -> Option<Taken> {
         if let Some(list) = self.quick.get_mut(bin) {
             if let Some(i) = list.iter_mut().rposition(|q| q.size == size && usable(&mut q.events, tag)) {
                 let q = list.swap_remove(i);
@@ -209,7 +216,8 @@ impl<M> Arena<M> {
             return false;
         };
         if events.is_empty() {
-            let next_idle = self.free_blocks.get_mut(&(seg, offset + size)).is_some_and(|n| idle(&mut n.events));
+            let next_idle =
+                self.free_blocks.get_mut(&(seg, offset + size)).is_some_and(|n| idle(&mut n.events));
             if next_idle {
                 if let Some(next) = self.free_blocks.remove(&(seg, offset + size)) {
                     self.by_size.remove(&(large, next.size, seg, offset + size));
@@ -218,7 +226,8 @@ impl<M> Arena<M> {
                 }
             }
             let prev = self.free_blocks.range_mut(..(seg, offset)).next_back();
-            let prev = prev.filter(|(&(s, o), f)| s == seg && o + f.size == offset).map(|(&(_, o), f)| (o, f));
+            let prev =
+                prev.filter(|(&(s, o), f)| s == seg && o + f.size == offset).map(|(&(_, o), f)| (o, f));
             if let Some((po, p)) = prev {
                 if idle(&mut p.events) {
                     let psize = p.size;
@@ -243,7 +252,9 @@ impl<M> Arena<M> {
             .filter_map(|(&k, f)| idle(&mut f.events).then_some(k))
             .collect();
         for (seg, offset) in settled {
-            let Some(large) = self.segments.get(seg).and_then(|s| s.as_ref()).map(|s| s.large) else { continue };
+            let Some(large) = self.segments.get(seg).and_then(|s| s.as_ref()).map(|s| s.large) else {
+                continue;
+            };
             if let Some(f) = self.free_blocks.remove(&(seg, offset)) {
                 self.by_size.remove(&(large, f.size, seg, offset));
                 self.free_bytes -= f.size;
@@ -282,7 +293,8 @@ impl<M> Arena<M> {
             let Some(seg) = self.segments[id].take() else { continue };
             // Usually one block; several when some still wait on events (backend frees
             // are ordered after queued work, so dropping the memory is safe regardless).
-            let offsets: Vec<usize> = self.free_blocks.range((id, 0)..(id + 1, 0)).map(|(&(_, o), _)| o).collect();
+            let offsets: Vec<usize> =
+                self.free_blocks.range((id, 0)..(id + 1, 0)).map(|(&(_, o), _)| o).collect();
             for o in offsets {
                 if let Some(f) = self.free_blocks.remove(&(id, o)) {
                     self.by_size.remove(&(seg.large, f.size, id, o));

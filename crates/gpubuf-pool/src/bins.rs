@@ -30,7 +30,11 @@ pub fn alloc_size(bin: usize, bits: u32) -> usize {
     let exponent = (bin >> bits) as i64;
     let mantissa = bin & ((1usize << bits) - 1);
     let shift = exponent - i64::from(bits);
-    let head = if shift >= 0 { ((1usize << bits) | mantissa) << shift } else { ((1usize << bits) | mantissa) >> -shift };
+    let head = if shift >= 0 {
+        ((1usize << bits) | mantissa) << shift
+    } else {
+        ((1usize << bits) | mantissa) >> -shift
+    };
     let ones = if shift > 0 { (1usize << shift) - 1 } else { 0 };
     head | ones
 }

@@ -123,7 +123,9 @@ impl<A: Allocator> PooledBuffer<A> {
             match s.record() {
                 Ok(Some(e)) => out.push((s.id(), e)),
                 Ok(None) => {}
-                Err(e) => tracing::warn!("recording a pool event failed ({e}); the block is dropped, not reused"),
+                Err(e) => {
+                    tracing::warn!("recording a pool event failed ({e}); the block is dropped, not reused")
+                }
             }
         }
         out

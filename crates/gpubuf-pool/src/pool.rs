@@ -224,8 +224,14 @@ impl<A: Allocator> MemoryPool<A> {
     ///
     /// # Errors
     /// As [`MemoryPool::allocate`].
-    pub fn allocate_on<B: Backend>(&self, bytes: usize, backend: &B, stream: &B::Stream) -> Result<PooledBuffer<A>> {
-        let owner: Arc<dyn PoolStream> = Arc::new(StreamHandle { backend: backend.clone(), stream: stream.clone() });
+    pub fn allocate_on<B: Backend>(
+        &self,
+        bytes: usize,
+        backend: &B,
+        stream: &B::Stream,
+    ) -> Result<PooledBuffer<A>> {
+        let owner: Arc<dyn PoolStream> =
+            Arc::new(StreamHandle { backend: backend.clone(), stream: stream.clone() });
         self.allocate_with(bytes, Some(owner))
     }
 
@@ -237,8 +243,11 @@ impl<A: Allocator> MemoryPool<A> {
         let large = size > cfg.small_max;
         let min_split = if large { cfg.small_max.max(GRANULE) } else { GRANULE };
         let tag = owner.as_ref().map(|o| o.id());
-        let seg_size =
-            if large { size.div_ceil(cfg.large_round) * cfg.large_round } else { cfg.small_segment.max(size) };
+        let seg_size = if large {
+            size.div_ceil(cfg.large_round) * cfg.large_round
+        } else {
+            cfg.small_segment.max(size)
+        };
         for _ in 0..8 {
             let freed;
             {
@@ -256,7 +265,11 @@ impl<A: Allocator> MemoryPool<A> {
                             let stats = Box::new(stats_of(&st));
                             drop(st);
                             drop(f);
-                            return Err(Error::OutOfMemory { requested: bytes, available: Some(available), pool: Some(stats) });
+                            return Err(Error::OutOfMemory {
+                                requested: bytes,
+                                available: Some(available),
+                                pool: Some(stats),
+                            });
                         }
                         f
                     }
@@ -317,7 +330,11 @@ impl<A: Allocator> MemoryPool<A> {
     fn allocate_segment(&self, seg_size: usize, requested: usize) -> Result<A::Memory> {
         let a = &self.shared.allocator;
         loop {
-            let r = if self.shared.config.immediate { a.allocate_immediate(seg_size) } else { a.allocate(seg_size) };
+            let r = if self.shared.config.immediate {
+                a.allocate_immediate(seg_size)
+            } else {
+                a.allocate(seg_size)
+            };
             match r {
                 Ok(m) => return Ok(m),
                 Err(e) if e.is_retryable() => {
@@ -335,7 +352,10 @@ impl<A: Allocator> MemoryPool<A> {
                         let pool = Some(Box::new(self.stats()));
                         return Err(Error::OutOfMemory { requested, available, pool });
                     }
-                    tracing::debug!(freed = freed.len(), "pool freed a held segment after an allocation failure");
+                    tracing::debug!(
+                        freed = freed.len(),
+                        "pool freed a held segment after an allocation failure"
+                    );
                     drop(freed);
                 }
                 Err(e) => return Err(e),
@@ -383,7 +403,9 @@ impl<A: Allocator> MemoryPool<A> {
         }
         for size in st.arena.held_sizes() {
             let bin = bin_number(size, bits);
-            rows.entry(bin).or_insert(BinReport { bin, max_size: alloc_size(bin, bits), active: 0, held: 0 }).held += 1;
+            rows.entry(bin)
+                .or_insert(BinReport { bin, max_size: alloc_size(bin, bits), active: 0, held: 0 })
+                .held += 1;
         }
         rows.into_values().collect()
     }

@@ -1,6 +1,9 @@
 //! The memory pool on every backend.
 
-use gpubuf::pool::{alloc_size, bin_number, block_size, DeferredAllocator, ImmediateAllocator, Limit, MemoryPool, PoolConfig, GRANULE};
+use gpubuf::pool::{
+    alloc_size, bin_number, block_size, DeferredAllocator, ImmediateAllocator, Limit, MemoryPool, PoolConfig,
+    GRANULE,
+};
 use gpubuf::{Allocator, DeviceMemory, Error, Kernels, MemoryInfo, NDBuffer, Order, Result};
 use gpubuf_testkit::backend_tests;
 use proptest::prelude::*;
@@ -56,7 +59,10 @@ fn stats_stay_consistent<B: Kernels>(b: &B) -> Result<()> {
             drop(live);
             pool.free_held();
             let st = pool.stats();
-            prop_assert_eq!((st.active_blocks, st.active_bytes, st.held_blocks, st.held_bytes, st.managed_bytes), (0, 0, 0, 0, 0));
+            prop_assert_eq!(
+                (st.active_blocks, st.active_bytes, st.held_blocks, st.held_bytes, st.managed_bytes),
+                (0, 0, 0, 0, 0)
+            );
             Ok(())
         })
         .map_err(|e| Error::invalid(e.to_string()))
@@ -128,18 +134,30 @@ impl<A: Allocator> Allocator for Budget<A> {
         self.calls.fetch_add(1, Ordering::SeqCst);
         let now = self.used.load(Ordering::SeqCst);
         if now + bytes > self.budget {
-            return Err(Error::OutOfMemory { requested: bytes, available: Some(self.budget - now), pool: None });
+            return Err(Error::OutOfMemory {
+                requested: bytes,
+                available: Some(self.budget - now),
+                pool: None,
+            });
         }
         self.used.fetch_add(bytes, Ordering::SeqCst);
         Ok(Counted { mem: self.inner.allocate(bytes)?, used: self.used.clone() })
     }
     fn memory_info(&self) -> Option<MemoryInfo> {
-        Some(MemoryInfo { free: (self.budget - self.used.load(Ordering::SeqCst)) as u64, total: self.budget as u64 })
+        Some(MemoryInfo {
+            free: (self.budget - self.used.load(Ordering::SeqCst)) as u64,
+            total: self.budget as u64,
+        })
     }
 }
 
 fn budget<B: Kernels>(b: &B, bytes: usize) -> Budget<B> {
-    Budget { inner: b.clone(), budget: bytes, used: Arc::new(AtomicUsize::new(0)), calls: Arc::new(AtomicUsize::new(0)) }
+    Budget {
+        inner: b.clone(),
+        budget: bytes,
+        used: Arc::new(AtomicUsize::new(0)),
+        calls: Arc::new(AtomicUsize::new(0)),
+    }
 }
 
 /// The out-of-memory ladder: when the allocator fails, held blocks are freed (largest
@@ -173,7 +191,8 @@ fn oom_ladder_frees_held_blocks<B: Kernels>(b: &B) -> Result<()> {
 
 /// The memory limit: held blocks are freed before the limit is declared exceeded.
 fn limit_is_enforced<B: Kernels>(b: &B) -> Result<()> {
-    let cfg = PoolConfig { limit: Some(Limit::Bytes(8 << 20)), min_held_bytes: 64 << 20, ..PoolConfig::default() };
+    let cfg =
+        PoolConfig { limit: Some(Limit::Bytes(8 << 20)), min_held_bytes: 64 << 20, ..PoolConfig::default() };
     let pool = MemoryPool::with_config(ImmediateAllocator(b.clone()), cfg)?;
     let a = pool.allocate(4 << 20)?;
     drop(a);
@@ -190,9 +209,16 @@ fn limit_is_enforced<B: Kernels>(b: &B) -> Result<()> {
     drop(c);
     pool.set_limit(Some(Limit::Bytes(1 << 20)))?;
     assert!(pool.managed_bytes() <= 1 << 20, "lowering the limit frees held memory");
-    let frac = MemoryPool::with_config(budget(b, 100 << 20), PoolConfig { limit: Some(Limit::Fraction(0.1)), ..PoolConfig::default() })?;
+    let frac = MemoryPool::with_config(
+        budget(b, 100 << 20),
+        PoolConfig { limit: Some(Limit::Fraction(0.1)), ..PoolConfig::default() },
+    )?;
     assert_eq!(frac.stats().limit, Some(10 << 20));
-    assert!(MemoryPool::with_config(b.clone(), PoolConfig { limit: Some(Limit::Fraction(1.5)), ..PoolConfig::default() }).is_err());
+    assert!(MemoryPool::with_config(
+        b.clone(),
+        PoolConfig { limit: Some(Limit::Fraction(1.5)), ..PoolConfig::default() }
+    )
+    .is_err());
     Ok(())
 }
 
@@ -259,7 +285,9 @@ fn threads_never_share_a_block<B: Kernels>(b: &B) -> Result<()> {
                 })
             })
             .collect();
-        handles.into_iter().try_for_each(|h| h.join().unwrap_or_else(|_| Err(Error::invalid("thread panicked"))))
+        handles
+            .into_iter()
+            .try_for_each(|h| h.join().unwrap_or_else(|_| Err(Error::invalid("thread panicked"))))
     })?;
     check_stats(&pool, &[]);
     pool.free_held();
@@ -321,3 +349,38 @@ backend_tests!(
     stream_ordered_reuse,
     pooled_buffers_return_on_last_drop
 );
+
+/// An SVM pool on OpenCL devices that report SVM support (skipped with the reason
+/// elsewhere): blocks are recycled and their bytes round-trip.
+#[cfg(feature = "opencl")]
+mod svm_pool {
+    use super::*;
+
+    #[test]
+    fn opencl() {
+        use gpubuf::opencl::SvmAllocator;
+        let Some(cl) = gpubuf_testkit::opencl() else { return };
+        let svm = match SvmAllocator::new(&cl) {
+            Ok(a) => a,
+            Err(e) => {
+                eprintln!("svm pool skipped: {e}");
+                return;
+            }
+        };
+        let pool = MemoryPool::new(svm);
+        let a = pool.allocate(10_000).expect("svm block");
+        let data: Vec<u8> = (0..10_000u32).map(|i| (i % 251) as u8).collect();
+        a.memory().write(a.offset(), &data).expect("svm write");
+        let mut back = vec![0u8; 10_000];
+        a.memory().read(a.offset(), &mut back).expect("svm read");
+        assert_eq!(back, data);
+        let at = a.memory().as_ptr() as usize + a.offset();
+        drop(a);
+        let b = pool.allocate(10_000).expect("svm block");
+        assert_eq!(b.memory().as_ptr() as usize + b.offset(), at, "the SVM block was reused");
+        assert_eq!(pool.stats().hits, 1);
+        drop(b);
+        pool.free_held();
+        assert_eq!(pool.managed_bytes(), 0);
+    }
+}

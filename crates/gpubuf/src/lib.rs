@@ -23,10 +23,10 @@
 mod select;
 
 pub use gpubuf_buffer::{Buffer, NDBuffer};
+pub use gpubuf_core::*;
 /// The memory pool crate.
 pub use gpubuf_pool as pool;
 pub use gpubuf_pool::{MemoryPool, PooledBuffer};
-pub use gpubuf_core::*;
 pub use select::{compiled, devices, status, with_backend, BackendStatus, BackendVisitor};
 
 /// The CPU backend crate.

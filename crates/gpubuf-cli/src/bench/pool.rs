@@ -7,7 +7,12 @@ use gpubuf::{Allocator, Kernels, Result};
 use std::time::Instant;
 
 /// Median nanoseconds per call of `f`, timing batches of `iters` calls.
-fn ns_per(reps: usize, iters: usize, pb: &indicatif::ProgressBar, mut f: impl FnMut() -> Result<()>) -> Result<f64> {
+fn ns_per(
+    reps: usize,
+    iters: usize,
+    pb: &indicatif::ProgressBar,
+    mut f: impl FnMut() -> Result<()>,
+) -> Result<f64> {
     let secs = median_secs(reps, pb, || {
         for _ in 0..iters {
             f()?;
@@ -52,7 +57,13 @@ pub fn run<B: Kernels>(b: &B, opts: &Options) -> Result<Vec<Entry>> {
             Ok(())
         })?;
         out.push(Entry::versus(format!("hit_ns/{size}"), hit, "ns", raw_ns));
-        out.push(Entry { name: format!("raw_ns/{size}"), value: raw_ns, unit: "ns".into(), baseline: None, ratio: None });
+        out.push(Entry {
+            name: format!("raw_ns/{size}"),
+            value: raw_ns,
+            unit: "ns".into(),
+            baseline: None,
+            ratio: None,
+        });
     }
 
     // Mixed: 64 live buffers, 20000 operations (free one at random, allocate a new one),
@@ -81,8 +92,20 @@ pub fn run<B: Kernels>(b: &B, opts: &Options) -> Result<Vec<Entry>> {
     let ns_per_op = t.elapsed().as_secs_f64() * 1e9 / ops as f64;
     let st = pool.stats();
     let hit_rate = st.hits as f64 / (st.hits + st.misses).max(1) as f64;
-    out.push(Entry { name: "mixed/ns_per_op".into(), value: ns_per_op, unit: "ns".into(), baseline: None, ratio: None });
-    out.push(Entry { name: "mixed/hit_rate".into(), value: hit_rate, unit: "".into(), baseline: None, ratio: None });
+    out.push(Entry {
+        name: "mixed/ns_per_op".into(),
+        value: ns_per_op,
+        unit: "ns".into(),
+        baseline: None,
+        ratio: None,
+    });
+    out.push(Entry {
+        name: "mixed/hit_rate".into(),
+        value: hit_rate,
+        unit: "".into(),
+        baseline: None,
+        ratio: None,
+    });
     out.push(Entry {
         name: "mixed/managed_over_peak_live".into(),
         value: st.managed_bytes as f64 / peak_live as f64,
@@ -108,7 +131,8 @@ pub fn run<B: Kernels>(b: &B, opts: &Options) -> Result<Vec<Entry>> {
                     })
                 })
                 .collect();
-            hs.into_iter().try_for_each(|h| h.join().unwrap_or_else(|_| Err(gpubuf::Error::invalid("thread panicked"))))
+            hs.into_iter()
+                .try_for_each(|h| h.join().unwrap_or_else(|_| Err(gpubuf::Error::invalid("thread panicked"))))
         })
     })?;
     out.push(Entry {
