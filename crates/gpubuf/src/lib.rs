@@ -23,6 +23,9 @@
 mod select;
 
 pub use gpubuf_buffer::{Buffer, NDBuffer};
+/// The bufferizer crate.
+pub use gpubuf_bufferizer as bufferizer;
+pub use gpubuf_bufferizer::Bufferizer;
 pub use gpubuf_core::*;
 /// The memory pool crate.
 pub use gpubuf_pool as pool;

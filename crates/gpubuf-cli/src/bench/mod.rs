@@ -1,5 +1,6 @@
 //! The `gpubuf bench` frame: timing, progress bars, the report (table, JSON, SVG).
 
+mod bufferizer;
 mod copy;
 mod pool;
 
@@ -61,12 +62,13 @@ pub struct Report {
     pub results: Vec<Entry>,
 }
 
-const BENCHES: [(&str, &str); 2] = [
+const BENCHES: [(&str, &str); 3] = [
     (
         "copy",
         "copy-plan gather (contiguous, transpose, halo strips, reversed+negated) vs a plain device copy of the same bytes",
     ),
     ("pool", "memory pool hit path vs the raw allocator, a mixed 64-buffer workload, two threads"),
+    ("bufferizer", "bufferizer appends (64 B and 4.9 MB frames, from device and host) vs a plain copy"),
 ];
 
 /// Prints the benchmark names.
@@ -122,6 +124,7 @@ impl BackendVisitor for Runner<'_> {
         let results = match self.name {
             "copy" => copy::run(&b, self.opts)?,
             "pool" => pool::run(&b, self.opts)?,
+            "bufferizer" => bufferizer::run(&b, self.opts)?,
             other => {
                 return Err(Error::invalid(format!("unknown benchmark {other:?}; see `gpubuf bench --list`")))
             }
