@@ -27,6 +27,9 @@ pub use gpubuf_buffer::{Buffer, NDBuffer};
 pub use gpubuf_bufferizer as bufferizer;
 pub use gpubuf_bufferizer::Bufferizer;
 pub use gpubuf_core::*;
+/// The mirror crate.
+pub use gpubuf_mirror as mirror;
+pub use gpubuf_mirror::Mirror;
 /// The memory pool crate.
 pub use gpubuf_pool as pool;
 pub use gpubuf_pool::{MemoryPool, PooledBuffer};

@@ -2,6 +2,7 @@
 
 mod bufferizer;
 mod copy;
+mod mirror;
 mod pool;
 
 use crate::plot;
@@ -62,13 +63,14 @@ pub struct Report {
     pub results: Vec<Entry>,
 }
 
-const BENCHES: [(&str, &str); 3] = [
+const BENCHES: [(&str, &str); 4] = [
     (
         "copy",
         "copy-plan gather (contiguous, transpose, halo strips, reversed+negated) vs a plain device copy of the same bytes",
     ),
     ("pool", "memory pool hit path vs the raw allocator, a mixed 64-buffer workload, two threads"),
     ("bufferizer", "bufferizer appends (64 B and 4.9 MB frames, from device and host) vs a plain copy"),
+    ("mirror", "mirror sync after 102 sparse writes into 64 MiB: exact ranges vs glumpy's hull vs a full upload"),
 ];
 
 /// Prints the benchmark names.
@@ -125,6 +127,7 @@ impl BackendVisitor for Runner<'_> {
             "copy" => copy::run(&b, self.opts)?,
             "pool" => pool::run(&b, self.opts)?,
             "bufferizer" => bufferizer::run(&b, self.opts)?,
+            "mirror" => mirror::run(&b, self.opts)?,
             other => {
                 return Err(Error::invalid(format!("unknown benchmark {other:?}; see `gpubuf bench --list`")))
             }

@@ -1,0 +1,166 @@
+//! [`RangeSet`]: disjoint byte ranges that merge when closer than a gap, with a cap.
+
+use std::collections::BTreeMap;
+use std::ops::Range;
+
+/// How pending ranges merge.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DirtyPolicy {
+    /// Ranges whose gap is at most this many bytes merge (0: exact ranges, only touching
+    /// ones merge; `usize::MAX`: one convex hull, glumpy's behaviour).
+    pub gap: usize,
+    /// Most ranges kept; past it the closest neighbours merge.
+    pub max_ranges: usize,
+}
+
+impl Default for DirtyPolicy {
+    fn default() -> Self {
+        DirtyPolicy { gap: 0, max_ranges: 4096 }
+    }
+}
+
+impl DirtyPolicy {
+    /// Exact ranges (gap 0).
+    pub fn exact() -> Self {
+        Self::default()
+    }
+
+    /// glumpy's single convex hull.
+    pub fn hull() -> Self {
+        DirtyPolicy { gap: usize::MAX, max_ranges: 1 }
+    }
+}
+
+/// Disjoint, sorted byte ranges.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RangeSet {
+    map: BTreeMap<usize, usize>,
+}
+
+impl RangeSet {
+    /// The ranges, in order.
+    pub fn ranges(&self) -> Vec<Range<usize>> {
+        self.map.iter().map(|(&s, &e)| s..e).collect()
+    }
+
+    /// Whether there is none.
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    /// Number of ranges.
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    /// Bytes covered.
+    pub fn bytes(&self) -> usize {
+        self.map.iter().map(|(s, e)| e - s).sum()
+    }
+
+    /// Removes every range.
+    pub fn clear(&mut self) {
+        self.map.clear();
+    }
+
+    /// Adds `r`, merging with ranges no more than `policy.gap` bytes away, then enforces
+    /// `policy.max_ranges`.
+    pub fn insert(&mut self, r: Range<usize>, policy: DirtyPolicy) {
+        if r.start >= r.end {
+            return;
+        }
+        let (mut start, mut end) = (r.start, r.end);
+        let lo = start.saturating_sub(policy.gap);
+        // Candidates: the last range starting at or before `lo`, and every range starting
+        // before `end + gap`.
+        let first = self.map.range(..=lo).next_back().map(|(&s, _)| s).unwrap_or(lo);
+        let hi = end.saturating_add(policy.gap);
+        let touching: Vec<(usize, usize)> = self
+            .map
+            .range(first..=hi)
+            .filter(|(&s, &e)| e.saturating_add(policy.gap) >= start && s <= hi)
+            .map(|(&s, &e)| (s, e))
+            .collect();
+        for (s, e) in touching {
+            self.map.remove(&s);
+            start = start.min(s);
+            end = end.max(e);
+        }
+        self.map.insert(start, end);
+        if self.map.len() > policy.max_ranges.max(1) {
+            self.cap(policy.max_ranges.max(1));
+        }
+    }
+
+    /// Merges the closest neighbours until at most `cap` ranges remain.
+    fn cap(&mut self, cap: usize) {
+        while self.map.len() > cap {
+            let v = self.ranges();
+            let mut gaps: Vec<usize> = v.windows(2).map(|w| w[1].start - w[0].end).collect();
+            gaps.sort_unstable();
+            // Merge every gap up to the one that brings the count down to `cap`.
+            let limit = gaps[(v.len() - cap).saturating_sub(1).min(gaps.len() - 1)];
+            let mut merged: Vec<Range<usize>> = Vec::with_capacity(v.len());
+            for r in v {
+                match merged.last_mut() {
+                    Some(last) if r.start - last.end <= limit => last.end = r.end,
+                    _ => merged.push(r),
+                }
+            }
+            self.map = merged.into_iter().map(|r| (r.start, r.end)).collect();
+        }
+    }
+
+    /// Removes the bytes of `r` from the set (splitting ranges as needed).
+    pub fn remove(&mut self, r: Range<usize>) {
+        let hits: Vec<(usize, usize)> =
+            self.map.range(..r.end).filter(|(_, &e)| e > r.start).map(|(&s, &e)| (s, e)).collect();
+        for (s, e) in hits {
+            self.map.remove(&s);
+            if s < r.start {
+                self.map.insert(s, r.start);
+            }
+            if e > r.end {
+                self.map.insert(r.end, e);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exact_ranges_merge_only_when_touching() {
+        let mut s = RangeSet::default();
+        let p = DirtyPolicy::exact();
+        s.insert(10..20, p);
+        s.insert(30..40, p);
+        s.insert(20..25, p);
+        assert_eq!(s.ranges(), vec![10..25, 30..40]);
+        s.insert(24..31, p);
+        assert_eq!(s.ranges(), vec![10..40]);
+        s.remove(15..18);
+        assert_eq!(s.ranges(), vec![10..15, 18..40]);
+        assert_eq!(s.bytes(), 27);
+    }
+
+    #[test]
+    fn gaps_and_caps() {
+        let mut s = RangeSet::default();
+        let p = DirtyPolicy { gap: 8, max_ranges: 3 };
+        s.insert(0..4, p);
+        s.insert(10..12, p);
+        assert_eq!(s.ranges(), vec![0..12]);
+        s.insert(100..104, p);
+        s.insert(200..204, p);
+        s.insert(220..224, p);
+        assert_eq!(s.len(), 3);
+        assert_eq!(s.ranges(), vec![0..12, 100..104, 200..224]);
+        let mut h = RangeSet::default();
+        h.insert(20..32, DirtyPolicy::hull());
+        h.insert(4..8, DirtyPolicy::hull());
+        assert_eq!(h.ranges(), vec![4..32]);
+    }
+}
