@@ -163,9 +163,7 @@ fn random_writes_sync_exactly<B: Kernels>(b: &B) -> Result<()> {
             if !hull {
                 let mut uploaded = vec![false; init.len()];
                 for r in &t.ranges {
-                    for e in r.start / 4..r.end / 4 {
-                        uploaded[e] = true;
-                    }
+                    uploaded[r.start / 4..r.end / 4].fill(true);
                 }
                 prop_assert_eq!(uploaded, written, "gap 0 uploads exactly the written bytes");
             }
