@@ -124,6 +124,30 @@ pub fn test_all() -> bool {
         cmd.env("LD_LIBRARY_PATH", format!("{}:{old}", dir.display()));
     }
     let (lines, tests_ok) = run_tee(&mut cmd);
+
+    // The examples must run as written, on every backend that can run here.
+    let mut examples_ok = run_ok(Command::new("cargo").args([
+        "run",
+        "--quiet",
+        "-p",
+        "gpubuf-examples",
+        "--example",
+        "batch_frames",
+    ]));
+    if probe.available["opencl"].is_ok() {
+        examples_ok &= run_ok(Command::new("cargo").args([
+            "run",
+            "--quiet",
+            "-p",
+            "gpubuf-examples",
+            "--features",
+            "opencl",
+            "--example",
+            "batch_frames",
+            "--",
+            "opencl",
+        ]));
+    }
     let (per, passed, failed) = count(&lines);
     let ptx = lines.iter().any(|l| l.starts_with("test cuda_kernels_compile_to_ptx ... ok"));
 
@@ -154,6 +178,7 @@ pub fn test_all() -> bool {
         }
         (None, _) => println!("cuda kernels: not compiled (NVRTC missing: pip install {})", deps::NVRTC_PIP),
     }
+    println!("examples: {}", if examples_ok { "ran" } else { "FAILED" });
     println!("{passed} passed, {failed} failed");
-    tests_ok && backend_ok && failed == 0 && (problems.is_empty() || !ci)
+    tests_ok && examples_ok && backend_ok && failed == 0 && (problems.is_empty() || !ci)
 }
