@@ -27,6 +27,8 @@ pub use gpubuf_buffer::{Buffer, NDBuffer};
 pub use gpubuf_bufferizer as bufferizer;
 pub use gpubuf_bufferizer::Bufferizer;
 pub use gpubuf_core::*;
+/// The halo transformer crate.
+pub use gpubuf_halo as halo;
 /// The mirror crate.
 pub use gpubuf_mirror as mirror;
 pub use gpubuf_mirror::Mirror;

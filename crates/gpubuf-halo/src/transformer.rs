@@ -1,0 +1,307 @@
+//! [`HaloDataTransformer`]: packs many halo regions into one buffer and unpacks one
+//! buffer into many halo regions, each in one launch.
+
+use crate::compile::{compile, Compiled};
+use crate::spec::HaloExchangeSpec;
+use gpubuf_buffer::{Buffer, NDBuffer};
+use gpubuf_core::{Allocator, CopyPlan, DeviceMemory, Element, Error, Kernels, MemRef, Result, Segment};
+use gpubuf_pool::MemoryPool;
+use std::collections::HashMap;
+
+/// Pack/unpack for one exchange partner, after NDSL's `HaloDataTransformer`, on any
+/// backend. The specs compile once into two copy plans (prepared on the device once per
+/// pattern of aliased quantities); `async_pack` and `async_unpack` are each one launch on
+/// OpenCL and CUDA and one parallel pass on the CPU, queued on the transformer's stream.
+pub struct HaloDataTransformer<B: Kernels, T: Element> {
+    backend: B,
+    stream: B::Stream,
+    specs_x: Vec<HaloExchangeSpec>,
+    specs_y: Option<Vec<HaloExchangeSpec>>,
+    compiled: Compiled,
+    /// Prepared (pack, unpack) plans by the map from quantity to distinct array.
+    plans: HashMap<Vec<usize>, (B::Plan, B::Plan)>,
+    pack_buffer: Option<Buffer<B>>,
+    unpack_buffer: Option<Buffer<B>>,
+    _t: std::marker::PhantomData<T>,
+}
+
+impl<B: Kernels, T: Element> std::fmt::Debug for HaloDataTransformer<B, T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HaloDataTransformer")
+            .field("specs", &self.specs_x.len())
+            .field("vector", &self.specs_y.is_some())
+            .field("buffer_len", &self.compiled.buffer_len())
+            .finish()
+    }
+}
+
+fn check_dtypes<T: Element>(specs: &[&HaloExchangeSpec]) -> Result<()> {
+    let first = specs.first().map(|s| s.specification.dtype);
+    if let Some(d) = first {
+        if specs.iter().any(|s| s.specification.dtype != d) {
+            return Err(Error::invalid("halo exchange specs mix dtypes (mixed precision is not supported)"));
+        }
+        if d != T::DTYPE {
+            return Err(Error::DTypeMismatch { expected: T::DTYPE, got: d });
+        }
+    }
+    Ok(())
+}
+
+impl<B: Kernels, T: Element> HaloDataTransformer<B, T> {
+    /// A transformer for scalar specs (`y = None`) or vector specs (x and y lists of equal
+    /// length), with its own stream and buffers allocated from the device.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for an empty list, lists of different lengths or mixed
+    /// dtypes; [`Error::DTypeMismatch`] when the specs' dtype is not `T`;
+    /// [`Error::OutOfBounds`] for slices outside their array; allocation errors.
+    pub fn new(backend: &B, x: Vec<HaloExchangeSpec>, y: Option<Vec<HaloExchangeSpec>>) -> Result<Self> {
+        Self::build(backend, x, y, |b, n| Buffer::zeros(b, n))
+    }
+
+    /// As [`HaloDataTransformer::new`], with both buffers from `pool` (returned by
+    /// [`HaloDataTransformer::finalize`] or on drop).
+    ///
+    /// # Errors
+    /// As [`HaloDataTransformer::new`].
+    pub fn with_pool<A>(
+        backend: &B,
+        pool: &MemoryPool<A>,
+        x: Vec<HaloExchangeSpec>,
+        y: Option<Vec<HaloExchangeSpec>>,
+    ) -> Result<Self>
+    where
+        A: Allocator<Memory = B::Memory>,
+    {
+        Self::build(backend, x, y, |b, n| {
+            let buf = pool.allocate(n)?.into_buffer(b)?;
+            buf.fill(&[0])?;
+            Ok(buf)
+        })
+    }
+
+    fn build(
+        backend: &B,
+        x: Vec<HaloExchangeSpec>,
+        y: Option<Vec<HaloExchangeSpec>>,
+        alloc: impl Fn(&B, usize) -> Result<Buffer<B>>,
+    ) -> Result<Self> {
+        let all: Vec<&HaloExchangeSpec> = x.iter().chain(y.iter().flatten()).collect();
+        check_dtypes::<T>(&all)?;
+        let compiled = compile(&x, y.as_deref())?;
+        let bytes = compiled.buffer_len() * T::DTYPE.size();
+        let mut t = HaloDataTransformer {
+            backend: backend.clone(),
+            stream: backend.new_stream()?,
+            specs_x: x,
+            specs_y: y,
+            pack_buffer: Some(alloc(backend, bytes)?),
+            unpack_buffer: Some(alloc(backend, bytes)?),
+            compiled,
+            plans: HashMap::new(),
+            _t: std::marker::PhantomData,
+        };
+        let identity: Vec<usize> = (0..t.compiled.pack.source_lens().len()).collect();
+        t.plans_for(&identity)?;
+        Ok(t)
+    }
+
+    /// The compiled plans.
+    pub fn compiled(&self) -> &Compiled {
+        &self.compiled
+    }
+
+    /// Elements in each buffer.
+    pub fn buffer_len(&self) -> usize {
+        self.compiled.buffer_len()
+    }
+
+    /// The stream packs and unpacks are queued on.
+    pub fn stream(&self) -> &B::Stream {
+        &self.stream
+    }
+
+    /// Whether both buffers exist (until [`HaloDataTransformer::finalize`]).
+    pub fn ready(&self) -> bool {
+        self.pack_buffer.is_some() && self.unpack_buffer.is_some()
+    }
+
+    /// Prepares (once) the plans for a map from source to distinct array.
+    fn plans_for(&mut self, map: &[usize]) -> Result<()> {
+        if !self.plans.contains_key(map) {
+            let remap = |p: &CopyPlan| -> Result<CopyPlan> {
+                let distinct = map.iter().max().map_or(0, |m| m + 1);
+                let mut lens = vec![0usize; distinct];
+                for (k, &u) in map.iter().enumerate() {
+                    lens[u] = lens[u].max(p.source_lens()[k]);
+                }
+                let segs: Vec<Segment> =
+                    p.segments().iter().map(|s| Segment { source: map[s.source], ..*s }).collect();
+                CopyPlan::new(lens, p.buffer_len(), segs)
+            };
+            let pack = self.backend.prepare(&remap(&self.compiled.pack)?, T::DTYPE)?;
+            let unpack_plan = remap(&self.compiled.unpack)?;
+            unpack_plan.check_scatter()?;
+            let unpack = self.backend.prepare(&unpack_plan, T::DTYPE)?;
+            self.plans.insert(map.to_vec(), (pack, unpack));
+        }
+        Ok(())
+    }
+
+    fn plan(&self, map: &[usize]) -> Result<&(B::Plan, B::Plan)> {
+        self.plans.get(map).ok_or_else(|| Error::invalid("plan cache"))
+    }
+
+    /// Checks the quantities against the specs; returns the byte ranges of the distinct
+    /// arrays and the map from quantity to distinct array.
+    fn arrays<'q>(
+        &self,
+        x: &[&'q NDBuffer<B, T>],
+        y: Option<&[&'q NDBuffer<B, T>]>,
+    ) -> Result<(Vec<MemRef<'q, B::Memory>>, Vec<usize>)> {
+        if x.len() != self.specs_x.len() {
+            return Err(Error::invalid(format!("{} x quantities for {} specs", x.len(), self.specs_x.len())));
+        }
+        let quantities: Vec<&NDBuffer<B, T>> = match (y, &self.specs_y) {
+            (None, None) => x.to_vec(),
+            (Some(y), Some(sy)) if y.len() == sy.len() => x.iter().chain(y.iter()).copied().collect(),
+            (Some(y), Some(sy)) => {
+                return Err(Error::invalid(format!("{} y quantities for {} specs", y.len(), sy.len())))
+            }
+            (None, Some(_)) => return Err(Error::invalid("a vector transformer needs y quantities")),
+            (Some(_), None) => return Err(Error::invalid("a scalar transformer takes no y quantities")),
+        };
+        let specs: Vec<&HaloExchangeSpec> =
+            self.specs_x.iter().chain(self.specs_y.iter().flatten()).collect();
+        let size = T::DTYPE.size();
+        let mut refs: Vec<MemRef<'q, B::Memory>> = Vec::new();
+        let mut keys: Vec<(usize, usize)> = Vec::new();
+        let mut map = Vec::with_capacity(quantities.len());
+        for (k, (q, s)) in quantities.iter().zip(&specs).enumerate() {
+            let spec = &s.specification;
+            if q.shape() != spec.shape.as_slice() {
+                return Err(Error::ShapeMismatch { expected: spec.shape.clone(), got: q.shape().to_vec() });
+            }
+            if q.strides() != spec.strides.as_slice() {
+                return Err(Error::invalid(format!(
+                    "quantity {k} has strides {:?}, its spec {:?}",
+                    q.strides(),
+                    spec.strides
+                )));
+            }
+            if !q.backend().same_device(&self.backend) {
+                return Err(Error::DeviceMismatch(format!("quantity {k} lives on another device")));
+            }
+            let storage = q.storage();
+            let start = storage.offset + q.layout().offset() * size;
+            let r = MemRef {
+                memory: storage.memory,
+                offset: start,
+                len: storage.len - q.layout().offset() * size,
+            };
+            let key = (r.memory.id(), start);
+            match keys.iter().position(|k| *k == key) {
+                Some(u) => {
+                    map.push(u);
+                    refs[u].len = refs[u].len.max(r.len);
+                }
+                None => {
+                    keys.push(key);
+                    refs.push(r);
+                    map.push(refs.len() - 1);
+                }
+            }
+        }
+        Ok((refs, map))
+    }
+
+    /// Queues the packing of every spec's pack slices (rotated) into the pack buffer.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for the wrong number of quantities or strides unlike the
+    /// spec; [`Error::ShapeMismatch`]; [`Error::DeviceMismatch`]; driver errors.
+    pub fn async_pack(&mut self, x: &[&NDBuffer<B, T>], y: Option<&[&NDBuffer<B, T>]>) -> Result<()> {
+        let (refs, map) = self.arrays(x, y)?;
+        let buf = self.pack_buffer.clone().ok_or_else(|| Error::invalid("transformer finalized"))?;
+        let _span = tracing::debug_span!("halo.pack", elements = self.compiled.buffer_len()).entered();
+        self.plans_for(&map)?;
+        let (pack, _) = self.plan(&map)?;
+        self.backend.gather(&self.stream, pack, &refs, buf.memref())
+    }
+
+    /// Queues the unpacking of the unpack buffer into every spec's unpack slices.
+    ///
+    /// # Errors
+    /// As [`HaloDataTransformer::async_pack`]; [`Error::InvalidPlan`] when two specs
+    /// unpack into the same elements of one array.
+    pub fn async_unpack(&mut self, x: &[&NDBuffer<B, T>], y: Option<&[&NDBuffer<B, T>]>) -> Result<()> {
+        let (refs, map) = self.arrays(x, y)?;
+        let buf = self.unpack_buffer.clone().ok_or_else(|| Error::invalid("transformer finalized"))?;
+        let _span = tracing::debug_span!("halo.unpack", elements = self.compiled.buffer_len()).entered();
+        self.plans_for(&map)?;
+        let (_, unpack) = self.plan(&map)?;
+        self.backend.scatter(&self.stream, unpack, buf.memref(), &refs)
+    }
+
+    /// Waits for the queued packs and unpacks.
+    ///
+    /// # Errors
+    /// Driver errors.
+    pub fn synchronize(&self) -> Result<()> {
+        self.backend.synchronize(&self.stream)
+    }
+
+    /// The pack buffer, after the queued work completed (what to send).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] after `finalize`; driver errors.
+    pub fn pack_buffer(&self) -> Result<&Buffer<B>> {
+        self.synchronize()?;
+        self.pack_buffer.as_ref().ok_or_else(|| Error::invalid("transformer finalized"))
+    }
+
+    /// The unpack buffer, after the queued work completed (where to receive).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] after `finalize`; driver errors.
+    pub fn unpack_buffer(&self) -> Result<&Buffer<B>> {
+        self.synchronize()?;
+        self.unpack_buffer.as_ref().ok_or_else(|| Error::invalid("transformer finalized"))
+    }
+
+    /// Copies received data (on the same device) into the unpack buffer.
+    ///
+    /// # Errors
+    /// [`Error::ShapeMismatch`] when `data` is not exactly the buffer's size; driver errors.
+    pub fn receive(&mut self, data: &Buffer<B>) -> Result<()> {
+        let buf = self.unpack_buffer.as_ref().ok_or_else(|| Error::invalid("transformer finalized"))?;
+        if data.len() != buf.len() {
+            return Err(Error::ShapeMismatch { expected: vec![buf.len()], got: vec![data.len()] });
+        }
+        self.backend.copy(&self.stream, data.memref(), buf.memory(), buf.offset())
+    }
+
+    /// Copies received host data into the unpack buffer.
+    ///
+    /// # Errors
+    /// [`Error::ShapeMismatch`] when `data` does not hold exactly `buffer_len()` elements.
+    pub fn receive_host(&mut self, data: &[u8]) -> Result<()> {
+        let buf = self.unpack_buffer.as_ref().ok_or_else(|| Error::invalid("transformer finalized"))?;
+        if data.len() != buf.len() {
+            return Err(Error::ShapeMismatch { expected: vec![buf.len()], got: vec![data.len()] });
+        }
+        self.backend.write(&self.stream, buf.memory(), buf.offset(), data)
+    }
+
+    /// Waits for queued work and releases both buffers (to their pool, if any).
+    ///
+    /// # Errors
+    /// Driver errors.
+    pub fn finalize(&mut self) -> Result<()> {
+        self.synchronize()?;
+        self.pack_buffer = None;
+        self.unpack_buffer = None;
+        Ok(())
+    }
+}
