@@ -31,52 +31,46 @@ inline int find_segment(__global const long* starts, int nseg, long t) {
 
 // Each work-item moves CHUNK consecutive buffer elements (CHUNK comes from the host
 // prelude: 1 on GPUs, for coalescing; more on CPU devices, to amortise the segment
-// search and index decomposition). After the first element the source index advances
-// incrementally, carrying across extents and into the next segment.
+// search and index decomposition): segment by segment, picking the segment's array once
+// and advancing the source index incrementally, carrying across extents.
 #define PLAN_KERNEL(NAME, T, W, MOVE)                                                        \
     __kernel void NAME##_##W(__global const long* segs, __global const long* starts,         \
                              int nseg, long total, int is_float, __global T* buf,            \
                              long buf_off, __global const long* offs SRC_PARAMS(T)) {        \
-        long first = (long)get_global_id(0) * CHUNK;                                         \
-        if (first >= total) return;                                                          \
-        long last = min(first + (long)CHUNK, total);                                         \
-        int k = find_segment(starts, nseg, first);                                           \
-        __global const long* seg = segs + (long)k * SEG_WORDS;                               \
-        long seg_start = starts[k];                                                          \
-        long seg_end = starts[k + 1];                                                        \
-        long l = first - seg_start;                                                          \
-        long i3 = l % seg[5];                                                                \
-        long r = l / seg[5];                                                                 \
-        long i2 = r % seg[4];                                                                \
-        r /= seg[4];                                                                         \
-        long i1 = r % seg[3];                                                                \
-        long i0 = r / seg[3];                                                                \
-        long idx = seg[1] + i0 * seg[6] + i1 * seg[7] + i2 * seg[8] + i3 * seg[9];           \
-        __global T* arr = 0;                                                                 \
-        SRC_PICK(seg[0], arr);                                                               \
-        for (long t = first; t < last; t++) {                                                \
-            if (t == seg_end) {                                                              \
-                k++;                                                                         \
-                seg = segs + (long)k * SEG_WORDS;                                            \
-                seg_start = seg_end;                                                         \
-                seg_end = starts[k + 1];                                                     \
-                i0 = 0; i1 = 0; i2 = 0; i3 = 0;                                              \
-                idx = seg[1];                                                                \
-                SRC_PICK(seg[0], arr);                                                       \
-            }                                                                                \
-            long at = buf_off + seg[10] + (t - seg_start);                                   \
-            MOVE(T, W)                                                                       \
-            i3++;                                                                            \
-            idx += seg[9];                                                                   \
-            if (i3 == seg[5]) {                                                              \
-                i3 = 0; idx -= seg[5] * seg[9]; i2++; idx += seg[8];                         \
-                if (i2 == seg[4]) {                                                          \
-                    i2 = 0; idx -= seg[4] * seg[8]; i1++; idx += seg[7];                     \
-                    if (i1 == seg[3]) {                                                      \
-                        i1 = 0; idx -= seg[3] * seg[7]; i0++; idx += seg[6];                 \
+        long t = (long)get_global_id(0) * CHUNK;                                             \
+        if (t >= total) return;                                                              \
+        long last = min(t + (long)CHUNK, total);                                             \
+        int k = find_segment(starts, nseg, t);                                               \
+        while (t < last) {                                                                   \
+            __global const long* seg = segs + (long)k * SEG_WORDS;                           \
+            long seg_start = starts[k];                                                      \
+            long stop = min(last, starts[k + 1]);                                            \
+            __global T* arr = 0;                                                             \
+            SRC_PICK(seg[0], arr);                                                           \
+            long l = t - seg_start;                                                          \
+            long i3 = l % seg[5];                                                            \
+            long r = l / seg[5];                                                             \
+            long i2 = r % seg[4];                                                            \
+            r /= seg[4];                                                                     \
+            long i1 = r % seg[3];                                                            \
+            long i0 = r / seg[3];                                                            \
+            long idx = seg[1] + i0 * seg[6] + i1 * seg[7] + i2 * seg[8] + i3 * seg[9];       \
+            long at = buf_off + seg[10] + l;                                                 \
+            for (; t < stop; t++, at++) {                                                    \
+                MOVE(T, W)                                                                   \
+                i3++;                                                                        \
+                idx += seg[9];                                                               \
+                if (i3 == seg[5]) {                                                          \
+                    i3 = 0; idx -= seg[5] * seg[9]; i2++; idx += seg[8];                     \
+                    if (i2 == seg[4]) {                                                      \
+                        i2 = 0; idx -= seg[4] * seg[8]; i1++; idx += seg[7];                 \
+                        if (i1 == seg[3]) {                                                  \
+                            i1 = 0; idx -= seg[3] * seg[7]; i0++; idx += seg[6];             \
+                        }                                                                    \
                     }                                                                        \
                 }                                                                            \
             }                                                                                \
+            k++;                                                                             \
         }                                                                                    \
     }
 

@@ -11,7 +11,8 @@ use std::collections::HashMap;
 /// Pack/unpack for one exchange partner, after NDSL's `HaloDataTransformer`, on any
 /// backend. The specs compile once into two copy plans (prepared on the device once per
 /// pattern of aliased quantities); `async_pack` and `async_unpack` are each one launch on
-/// OpenCL and CUDA and one parallel pass on the CPU, queued on the transformer's stream.
+/// OpenCL and CUDA and one parallel pass on the CPU, queued on the transformer's stream
+/// (by default the backend's default stream, where `NDBuffer` operations also run).
 pub struct HaloDataTransformer<B: Kernels, T: Element> {
     backend: B,
     stream: B::Stream,
@@ -93,7 +94,7 @@ impl<B: Kernels, T: Element> HaloDataTransformer<B, T> {
         let bytes = compiled.buffer_len() * T::DTYPE.size();
         let mut t = HaloDataTransformer {
             backend: backend.clone(),
-            stream: backend.new_stream()?,
+            stream: backend.default_stream().clone(),
             specs_x: x,
             specs_y: y,
             pack_buffer: Some(alloc(backend, bytes)?),
@@ -117,9 +118,17 @@ impl<B: Kernels, T: Element> HaloDataTransformer<B, T> {
         self.compiled.buffer_len()
     }
 
-    /// The stream packs and unpacks are queued on.
+    /// The stream packs and unpacks are queued on (the backend's default stream unless
+    /// changed with [`HaloDataTransformer::set_stream`]).
     pub fn stream(&self) -> &B::Stream {
         &self.stream
+    }
+
+    /// Queues later packs and unpacks on `stream`. Work on other streams that writes the
+    /// quantities (or reads the halos) must be ordered with events
+    /// ([`gpubuf_core::Backend::stream_wait`]): streams are not ordered with each other.
+    pub fn set_stream(&mut self, stream: &B::Stream) {
+        self.stream = stream.clone();
     }
 
     /// Whether both buffers exist (until [`HaloDataTransformer::finalize`]).
