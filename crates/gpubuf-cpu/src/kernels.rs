@@ -1,9 +1,11 @@
 //! Copy-plan execution on the CPU: rows of every segment, in parallel with rayon.
 //!
-//! Work is cut into units of whole rows (the innermost extent) of about [`UNIT`] elements,
-//! so one huge segment and many small ones both spread over the thread pool. A row with
-//! stride 1 and no negation is a `memcpy`; others move element by element at the dtype's
-//! width. Plans smaller than [`SERIAL_BELOW`] bytes run on the calling thread.
+//! Each segment's axes are reordered so the array is walked in memory order (the buffer
+//! side then takes strides too). Work is cut into units of whole rows (the innermost axis)
+//! of about [`UNIT`] elements, so one huge segment and many small ones both spread over the
+//! thread pool. A row contiguous on both sides is a `memcpy` (a vectorised loop when
+//! negated); others move element by element at the dtype's width. Plans smaller than
+//! [`SERIAL_BELOW`] bytes run on the calling thread.
 
 use gpubuf_core::{CopyPlan, DType, Segment};
 use rayon::prelude::*;
@@ -61,6 +63,61 @@ word!(u16);
 word!(u32);
 word!(u64);
 
+/// One segment prepared for the CPU: its box with the buffer's strides beside the array's,
+/// axes reordered so the array is walked in memory order (largest stride outermost).
+/// Rotated halo boxes then read long sequential runs and write into a buffer range small
+/// enough to stay in cache, instead of jumping through the array in buffer order.
+#[derive(Clone, Copy, Debug)]
+struct Job {
+    source: usize,
+    array_off: isize,
+    buffer_off: isize,
+    ext: [usize; 4],
+    /// Strides in the array.
+    sa: [isize; 4],
+    /// Strides in the buffer.
+    sb: [isize; 4],
+    negate: bool,
+}
+
+impl Job {
+    fn new(s: &Segment) -> Self {
+        let e = s.extents;
+        let sb0 = [(e[1] * e[2] * e[3]) as isize, (e[2] * e[3]) as isize, e[3] as isize, 1];
+        let mut order = [0usize, 1, 2, 3];
+        // Largest array stride outermost; axes of extent 1 do not matter, put them first.
+        order.sort_by_key(|&d| {
+            if e[d] == 1 {
+                (0, std::cmp::Reverse(usize::MAX))
+            } else {
+                (1, std::cmp::Reverse(s.strides[d].unsigned_abs()))
+            }
+        });
+        let mut j = Job {
+            source: s.source,
+            array_off: s.offset as isize,
+            buffer_off: s.dst_offset as isize,
+            ext: order.map(|d| e[d]),
+            sa: order.map(|d| s.strides[d]),
+            sb: order.map(|d| sb0[d]),
+            negate: s.negate,
+        };
+        // Walk outer axes with negative array strides backwards, so the array is read (or
+        // written) in ascending addresses, which hardware prefetchers follow best; the
+        // buffer side takes the reversal instead.
+        for d in 0..3 {
+            if j.sa[d] < 0 && j.ext[d] > 1 {
+                let last = (j.ext[d] - 1) as isize;
+                j.array_off += last * j.sa[d];
+                j.buffer_off += last * j.sb[d];
+                j.sa[d] = -j.sa[d];
+                j.sb[d] = -j.sb[d];
+            }
+        }
+        j
+    }
+}
+
 /// Executes `plan`.
 ///
 /// # Safety
@@ -80,37 +137,39 @@ pub(crate) unsafe fn execute(
     let arrays: Vec<Ptr> = arrays.iter().map(|&p| Ptr(p)).collect();
     let buffer = Ptr(buffer);
     let float = dtype.is_float();
-    let units = work_units(plan.segments());
-    let job = |&u: &Unit| {
-        let s = &plan.segments()[u.0];
-        let a = arrays[s.source];
-        // SAFETY: forwarded from this function's contract.
+    let jobs: Vec<Job> = plan.segments().iter().filter(|s| !s.is_empty()).map(Job::new).collect();
+    let units = work_units(&jobs);
+    let run = |&u: &Unit| {
+        let j = &jobs[u.0];
+        let a = arrays[j.source];
+        // SAFETY: forwarded from this function's contract; a job visits exactly the
+        // elements of its segment, in another order.
         unsafe {
             match dtype.size() {
-                1 => rows::<u8>(s, u, a, buffer, dir, float),
-                2 => rows::<u16>(s, u, a, buffer, dir, float),
-                4 => rows::<u32>(s, u, a, buffer, dir, float),
-                _ => rows::<u64>(s, u, a, buffer, dir, float),
+                1 => rows::<u8>(j, u, a, buffer, dir, float),
+                2 => rows::<u16>(j, u, a, buffer, dir, float),
+                4 => rows::<u32>(j, u, a, buffer, dir, float),
+                _ => rows::<u64>(j, u, a, buffer, dir, float),
             }
         }
     };
     if plan.total() * dtype.size() < SERIAL_BELOW {
-        units.iter().for_each(job);
+        units.iter().for_each(run);
     } else {
-        units.par_iter().for_each(job);
+        units.par_iter().for_each(run);
     }
 }
 
-/// A unit of work: rows `r0..r1` of segment `seg`, columns `c0..c1` of each.
+/// A unit of work: rows `r0..r1` of job `seg`, columns `c0..c1` of each.
 type Unit = (usize, usize, usize, usize, usize);
 
-/// Splits every non-empty segment into units of about [`UNIT`] elements: runs of whole
-/// rows, or column ranges of one row when a row alone is longer than that.
-fn work_units(segments: &[Segment]) -> Vec<Unit> {
-    let mut units = Vec::with_capacity(segments.len());
-    for (i, s) in segments.iter().enumerate().filter(|(_, s)| !s.is_empty()) {
-        let rows = s.extents[0] * s.extents[1] * s.extents[2];
-        let n = s.extents[3];
+/// Splits every job into units of about [`UNIT`] elements: runs of whole rows, or column
+/// ranges of one row when a row alone is longer than that.
+fn work_units(jobs: &[Job]) -> Vec<Unit> {
+    let mut units = Vec::with_capacity(jobs.len());
+    for (i, j) in jobs.iter().enumerate() {
+        let rows = j.ext[0] * j.ext[1] * j.ext[2];
+        let n = j.ext[3];
         if n > UNIT {
             for r in 0..rows {
                 for c in (0..n).step_by(UNIT) {
@@ -130,39 +189,70 @@ fn work_units(segments: &[Segment]) -> Vec<Unit> {
     units
 }
 
-/// Moves one unit of segment `s`.
+/// Moves one unit of job `j`.
 ///
 /// # Safety
 /// As [`execute`]; `T` has the dtype's size.
-unsafe fn rows<T: Word>(s: &Segment, unit: Unit, array: Ptr, buffer: Ptr, dir: Direction, float: bool) {
+unsafe fn rows<T: Word>(j: &Job, unit: Unit, array: Ptr, buffer: Ptr, dir: Direction, float: bool) {
     let (_, r0, r1, c0, c1) = unit;
-    let [_, e1, e2, row] = s.extents;
+    let [_, e1, e2, _] = j.ext;
     let n = c1 - c0;
-    let [s0, s1, s2, s3] = s.strides;
     let array = array.0 as *mut T;
     let buffer = buffer.0 as *mut T;
+    let (i2, i1, i0) = (r0 % e2, (r0 / e2) % e1, r0 / (e1 * e2));
+    let (mut i2, mut i1) = (i2, i1);
+    let start =
+        |s: &[isize; 4]| i0 as isize * s[0] + i1 as isize * s[1] + i2 as isize * s[2] + c0 as isize * s[3];
+    let mut pa = j.array_off + start(&j.sa);
+    let mut pb = j.buffer_off + start(&j.sb);
+    let (sa3, sb3) = (j.sa[3], j.sb[3]);
     for r in r0..r1 {
-        let (i2, i1, i0) = (r % e2, (r / e2) % e1, r / (e1 * e2));
-        let base =
-            s.offset as isize + i0 as isize * s0 + i1 as isize * s1 + i2 as isize * s2 + c0 as isize * s3;
-        // SAFETY: `base + k*s3` for k < n lies inside the source box, which plan validation
-        // proved inside the array; `dst_offset + r*row + c0 + k` lies inside the buffer range.
+        if r > r0 {
+            // Step to the next row, carrying across the outer extents.
+            i2 += 1;
+            pa += j.sa[2];
+            pb += j.sb[2];
+            if i2 == e2 {
+                i2 = 0;
+                pa += j.sa[1] - e2 as isize * j.sa[2];
+                pb += j.sb[1] - e2 as isize * j.sb[2];
+                i1 += 1;
+                if i1 == e1 {
+                    i1 = 0;
+                    pa += j.sa[0] - e1 as isize * j.sa[1];
+                    pb += j.sb[0] - e1 as isize * j.sb[1];
+                }
+            }
+        }
+        // SAFETY: `pa` and `pb` are the row's first element in the array and the buffer
+        // (inside both, see below); the pointers are only formed here.
+        let (src, dst, ss, ds) = unsafe {
+            match dir {
+                Direction::Gather => (array.offset(pa) as *const T, buffer.offset(pb), sa3, sb3),
+                Direction::Scatter => (buffer.offset(pb) as *const T, array.offset(pa), sb3, sa3),
+            }
+        };
+        // SAFETY: the row's elements `pa + k*sa3` lie in the segment's box, which plan
+        // validation proved inside the array, and `pb + k*sb3` in the segment's buffer
+        // range; units cover disjoint elements of the box, so no two threads write the
+        // same element.
         unsafe {
-            let a = array.offset(base);
-            let b = buffer.add(s.dst_offset + r * row + c0);
-            match (dir, s3 == 1 && !s.negate) {
-                (Direction::Gather, true) => std::ptr::copy_nonoverlapping(a, b, n),
-                (Direction::Scatter, true) => std::ptr::copy_nonoverlapping(b, a, n),
-                (Direction::Gather, false) => {
-                    for k in 0..n {
-                        let v = *a.offset(k as isize * s3);
-                        *b.add(k) = if s.negate { v.neg(float) } else { v };
+            match (ss == 1 && ds == 1, j.negate) {
+                (true, false) => std::ptr::copy_nonoverlapping(src, dst, n),
+                // Contiguous and negated: slices, so the loop vectorises.
+                (true, true) => {
+                    let (from, to) =
+                        (std::slice::from_raw_parts(src, n), std::slice::from_raw_parts_mut(dst, n));
+                    if float {
+                        to.iter_mut().zip(from).for_each(|(d, v)| *d = v.neg(true));
+                    } else {
+                        to.iter_mut().zip(from).for_each(|(d, v)| *d = v.neg(false));
                     }
                 }
-                (Direction::Scatter, false) => {
-                    for k in 0..n {
-                        let v = *b.add(k);
-                        *a.offset(k as isize * s3) = if s.negate { v.neg(float) } else { v };
+                (false, negate) => {
+                    for k in 0..n as isize {
+                        let v = *src.offset(k * ss);
+                        *dst.offset(k * ds) = if negate { v.neg(float) } else { v };
                     }
                 }
             }

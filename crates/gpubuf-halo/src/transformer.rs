@@ -8,6 +8,9 @@ use gpubuf_core::{Allocator, CopyPlan, DeviceMemory, Element, Error, Kernels, Me
 use gpubuf_pool::MemoryPool;
 use std::collections::HashMap;
 
+/// The distinct arrays of a launch and the map from quantity to distinct array.
+type Arrays<'q, M> = (Vec<MemRef<'q, M>>, Vec<usize>);
+
 /// Pack/unpack for one exchange partner, after NDSL's `HaloDataTransformer`, on any
 /// backend. The specs compile once into two copy plans (prepared on the device once per
 /// pattern of aliased quantities); `async_pack` and `async_unpack` are each one launch on
@@ -168,7 +171,7 @@ impl<B: Kernels, T: Element> HaloDataTransformer<B, T> {
         &self,
         x: &[&'q NDBuffer<B, T>],
         y: Option<&[&'q NDBuffer<B, T>]>,
-    ) -> Result<(Vec<MemRef<'q, B::Memory>>, Vec<usize>)> {
+    ) -> Result<Arrays<'q, B::Memory>> {
         if x.len() != self.specs_x.len() {
             return Err(Error::invalid(format!("{} x quantities for {} specs", x.len(), self.specs_x.len())));
         }

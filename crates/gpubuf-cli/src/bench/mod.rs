@@ -2,6 +2,7 @@
 
 mod bufferizer;
 mod copy;
+mod halo;
 mod mirror;
 mod pool;
 
@@ -63,7 +64,7 @@ pub struct Report {
     pub results: Vec<Entry>,
 }
 
-const BENCHES: [(&str, &str); 4] = [
+const BENCHES: [(&str, &str); 5] = [
     (
         "copy",
         "copy-plan gather (contiguous, transpose, halo strips, reversed+negated) vs a plain device copy of the same bytes",
@@ -71,6 +72,7 @@ const BENCHES: [(&str, &str); 4] = [
     ("pool", "memory pool hit path vs the raw allocator, a mixed 64-buffer workload, two threads"),
     ("bufferizer", "bufferizer appends (64 B and 4.9 MB frames, from device and host) vs a plain copy"),
     ("mirror", "mirror sync after 102 sparse writes into 64 MiB: exact ranges vs glumpy's hull vs a full upload"),
+    ("halo", "halo pack/unpack of NDSL-sized exchanges (c192 rotated and vector, c48 x30) vs a device copy"),
 ];
 
 /// Prints the benchmark names.
@@ -128,6 +130,7 @@ impl BackendVisitor for Runner<'_> {
             "pool" => pool::run(&b, self.opts)?,
             "bufferizer" => bufferizer::run(&b, self.opts)?,
             "mirror" => mirror::run(&b, self.opts)?,
+            "halo" => halo::run(&b, self.opts)?,
             other => {
                 return Err(Error::invalid(format!("unknown benchmark {other:?}; see `gpubuf bench --list`")))
             }
