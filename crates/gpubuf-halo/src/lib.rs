@@ -26,11 +26,15 @@
 //! ```
 
 mod compile;
+mod partition;
 mod rotate;
 mod spec;
 mod transformer;
 
 pub use compile::{compile, Compiled};
+pub use partition::{
+    receiving_boundary, rotate_boundary, CubedSpherePartitioner, Neighbor, Partitioner, TilePartitioner,
+};
 pub use rotate::{rotate_scalar, vector_blocks};
 pub use spec::{Boundary, Dim, HaloExchangeSpec, QuantityHaloSpec};
 pub use transformer::HaloDataTransformer;
