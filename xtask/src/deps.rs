@@ -4,8 +4,10 @@ use crate::sh::{run_ok, status_ok};
 use std::path::PathBuf;
 use std::process::Command;
 
-/// Debian packages the OpenCL suite needs.
-pub const APT_PACKAGES: &[&str] = &["pocl-opencl-icd", "ocl-icd-opencl-dev", "clinfo"];
+/// Debian packages the OpenCL suite (PoCL) and the MPI suite (Open MPI, and libclang for
+/// the MPI bindings) need.
+pub const APT_PACKAGES: &[&str] =
+    &["pocl-opencl-icd", "ocl-icd-opencl-dev", "clinfo", "libopenmpi-dev", "openmpi-bin", "libclang-dev"];
 /// The PyPI package that ships libnvrtc.so.12 (compiles the CUDA kernels without a GPU).
 pub const NVRTC_PIP: &str = "nvidia-cuda-nvrtc-cu12";
 
@@ -28,6 +30,18 @@ pub fn opencl_installed() -> bool {
     loader && icd
 }
 
+/// Whether Open MPI (mpicc, mpirun) and libclang are installed.
+pub fn mpi_installed() -> bool {
+    Command::new("sh")
+        .args([
+            "-c",
+            "command -v mpicc >/dev/null && command -v mpirun >/dev/null && ldconfig -p | grep -q libclang",
+        ])
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false)
+}
+
 /// The folder holding libnvrtc.so.12 from the PyPI wheel, if installed.
 pub fn nvrtc_dir() -> Option<PathBuf> {
     let out = Command::new("python3")
@@ -44,8 +58,8 @@ pub fn nvrtc_dir() -> Option<PathBuf> {
 /// Installs what is missing. Returns the messages for anything it could not install.
 pub fn install() -> Vec<String> {
     let mut problems = Vec::new();
-    if opencl_installed() {
-        println!("deps: OpenCL loader and ICD present");
+    if opencl_installed() && mpi_installed() {
+        println!("deps: OpenCL loader and ICD, Open MPI and libclang present");
     } else if is_root() {
         println!("deps: installing {} with apt-get", APT_PACKAGES.join(" "));
         let ok = status_ok(Command::new("apt-get").arg("update").env("DEBIAN_FRONTEND", "noninteractive"))
@@ -63,7 +77,7 @@ pub fn install() -> Vec<String> {
         }
     } else {
         problems.push(format!(
-            "OpenCL runtime missing and not root: run `sudo apt-get install -y {}`",
+            "OpenCL runtime or Open MPI missing and not root: run `sudo apt-get install -y {}`",
             APT_PACKAGES.join(" ")
         ));
     }

@@ -125,6 +125,9 @@ pub fn test_all() -> bool {
     }
     let (lines, tests_ok) = run_tee(&mut cmd);
 
+    // Halo exchange across ranks: the MPI test binary under mpirun, 4 and 6 ranks.
+    let mpi = run_mpi_tests();
+
     // The examples must run as written, on every backend that can run here.
     let mut examples_ok = run_ok(Command::new("cargo").args([
         "run",
@@ -178,7 +181,64 @@ pub fn test_all() -> bool {
         }
         (None, _) => println!("cuda kernels: not compiled (NVRTC missing: pip install {})", deps::NVRTC_PIP),
     }
+    match &mpi {
+        Ok((p, f)) => println!("mpi: mpirun -n 4 and -n 6 ran, {p} passed, {f} failed"),
+        Err(reason) => println!("mpi: FAILED ({reason})"),
+    }
     println!("examples: {}", if examples_ok { "ran" } else { "FAILED" });
     println!("{passed} passed, {failed} failed");
-    tests_ok && examples_ok && backend_ok && failed == 0 && (problems.is_empty() || !ci)
+    let mpi_ok = matches!(mpi, Ok((_, 0)));
+    tests_ok && examples_ok && mpi_ok && backend_ok && failed == 0 && (problems.is_empty() || !ci)
+}
+
+/// Builds the MPI test binary and runs it under `mpirun -n 4` and `-n 6`; returns the
+/// passed and failed counts rank 0 printed.
+fn run_mpi_tests() -> Result<(usize, usize), String> {
+    let json = capture(Command::new("cargo").args([
+        "test",
+        "--no-run",
+        "-p",
+        "gpubuf-mpi",
+        "--test",
+        "mpi_halo",
+        "--message-format=json",
+    ]))
+    .ok_or("building the MPI tests failed")?;
+    let exe = json
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| v["reason"] == "compiler-artifact" && v["target"]["name"] == "mpi_halo")
+        .filter_map(|v| v["executable"].as_str().map(String::from))
+        .next_back()
+        .ok_or("no mpi_halo test binary")?;
+    let root = Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+        .unwrap_or(false);
+    let (mut passed, mut failed) = (0, 0);
+    for n in ["4", "6"] {
+        let mut cmd = Command::new("mpirun");
+        if root {
+            cmd.arg("--allow-run-as-root");
+        }
+        cmd.args(["--oversubscribe", "-n", n, &exe]);
+        let (lines, ok) = run_tee(&mut cmd);
+        let summary = lines.iter().rev().find_map(|l| {
+            let (p, rest) = l.split_once(" passed, ")?;
+            let f = rest.strip_suffix(" failed")?;
+            Some((p.trim().parse::<usize>().ok()?, f.trim().parse::<usize>().ok()?))
+        });
+        match summary {
+            Some((p, f)) => {
+                passed += p;
+                failed += f;
+            }
+            None => return Err(format!("mpirun -n {n} printed no summary")),
+        }
+        if !ok {
+            failed = failed.max(1);
+        }
+    }
+    Ok((passed, failed))
 }

@@ -35,6 +35,7 @@ pub fn required(kind: BackendKind) -> bool {
 }
 
 /// Turns "backend unavailable" into a skip (or a failure when required).
+#[cfg(any(feature = "opencl", feature = "cuda"))]
 fn available<B: Clone>(kind: BackendKind, opened: &std::result::Result<B, Error>) -> Option<B> {
     match opened {
         Ok(b) => Some(b.clone()),

@@ -4,54 +4,11 @@
 use gpubuf::halo::{Boundary, Dim, HaloDataTransformer, HaloExchangeSpec, QuantityHaloSpec};
 use gpubuf::pool::MemoryPool;
 use gpubuf::{DType, Element, Error, Kernels, NDBuffer, Result};
+use gpubuf_testkit::reference::rotate as ref_rotate;
 use gpubuf_testkit::{backend_tests, on_every_backend, EachBackend};
 use ndarray::{ArrayD, IxDyn, SliceInfoElem};
 use proptest::prelude::*;
 use std::ops::Range;
-
-/// numpy's rot90(a, k=1, axes=(p, q)) by its index formula:
-/// out[.., i_p, .., i_q, ..] = a[.. with i_p <- i_q, i_q <- n_q - 1 - i_p ..].
-fn rot90<T: Clone>(a: &ArrayD<T>, p: usize, q: usize) -> ArrayD<T> {
-    let mut shape = a.shape().to_vec();
-    shape.swap(p, q);
-    ArrayD::from_shape_fn(IxDyn(&shape), |idx| {
-        let mut src: Vec<usize> = ndarray::Dimension::slice(&idx).to_vec();
-        src[p] = idx[q];
-        src[q] = a.shape()[q] - 1 - idx[p];
-        a[IxDyn(&src)].clone()
-    })
-}
-
-fn flip<T: Clone>(a: &ArrayD<T>, ax: usize) -> ArrayD<T> {
-    ArrayD::from_shape_fn(a.raw_dim(), |idx| {
-        let mut src: Vec<usize> = ndarray::Dimension::slice(&idx).to_vec();
-        src[ax] = a.shape()[ax] - 1 - idx[ax];
-        a[IxDyn(&src)].clone()
-    })
-}
-
-/// NDSL's rotate_scalar_data, written out.
-fn ref_rotate<T: Clone>(a: &ArrayD<T>, dims: &[Dim], n: i32) -> ArrayD<T> {
-    let n = n.rem_euclid(4);
-    let x = dims.iter().rposition(|d| matches!(d, Dim::X | Dim::XInterface));
-    let y = dims.iter().rposition(|d| matches!(d, Dim::Y | Dim::YInterface));
-    match (n, x, y) {
-        (1, Some(x), Some(y)) => rot90(a, y, x),
-        (3, Some(x), Some(y)) => rot90(a, x, y),
-        (1, Some(x), None) => flip(a, x),
-        (3, None, Some(y)) => flip(a, y),
-        (2, _, _) => {
-            let mut out = a.clone();
-            for (ax, d) in dims.iter().enumerate() {
-                if matches!(d, Dim::X | Dim::XInterface | Dim::Y | Dim::YInterface) {
-                    out = flip(&out, ax);
-                }
-            }
-            out
-        }
-        _ => a.clone(),
-    }
-}
 
 fn sl(r: &[Range<usize>]) -> Vec<SliceInfoElem> {
     r.iter()

@@ -43,6 +43,9 @@ pub use gpubuf_cpu as cpu;
 /// The CUDA backend crate.
 #[cfg(feature = "cuda")]
 pub use gpubuf_cuda as cuda;
+/// Halo exchange across MPI ranks.
+#[cfg(feature = "mpi")]
+pub use gpubuf_mpi as mpi;
 /// The OpenCL backend crate.
 #[cfg(feature = "opencl")]
 pub use gpubuf_opencl as opencl;

@@ -1,0 +1,22 @@
+//! gpubuf-mpi: halo exchange across MPI ranks ([`HaloUpdater`]), built on the halo
+//! transformer and the partitioners of `gpubuf-halo`.
+//!
+//! ```no_run
+//! use gpubuf_core::DType;
+//! use gpubuf_cpu::CpuBackend;
+//! use gpubuf_halo::{Dim, QuantityHaloSpec, TilePartitioner};
+//! use gpubuf_mpi::HaloUpdater;
+//!
+//! let universe = mpi::initialize().expect("MPI");
+//! let world = universe.world();
+//! let cpu = CpuBackend::new();
+//! let spec = QuantityHaloSpec::centered(&[Dim::X, Dim::Y], &[64, 64], 1, 0, DType::F64)?;
+//! let tiles = TilePartitioner::new((2, 2), true)?; // mpirun -n 4
+//! let mut halo = HaloUpdater::<_, f64>::new(&cpu, &world, &tiles, &[spec], None, "temperature")?;
+//! # Ok::<(), gpubuf_core::Error>(())
+//! ```
+
+mod updater;
+
+pub use mpi;
+pub use updater::HaloUpdater;

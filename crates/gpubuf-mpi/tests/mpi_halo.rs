@@ -1,0 +1,208 @@
+//! Halo updates across MPI ranks, checked against values cut from a single-process global
+//! field. Run by `cargo xtask test-all` under `mpirun -n 4` (2-D tiles: periodic 2x2,
+//! non-periodic 2x2, and 1x2 periodic where one neighbour sits on two sides) and `-n 6`
+//! (cubed sphere, one rank per face); alone it runs a 1x1 periodic tile (every neighbour is
+//! the rank itself). Prints `N passed, M failed` on rank 0 and exits non-zero on failure.
+
+use gpubuf_buffer::NDBuffer;
+use gpubuf_core::{DType, Error, Kernels, Result};
+use gpubuf_halo::{
+    receiving_boundary, Boundary, CubedSpherePartitioner, Dim, Partitioner, QuantityHaloSpec, TilePartitioner,
+};
+use gpubuf_mpi::mpi::topology::{Color, Communicator, SimpleCommunicator};
+use gpubuf_mpi::mpi::traits::CommunicatorCollectives;
+use gpubuf_mpi::HaloUpdater;
+use gpubuf_testkit::reference::rotate;
+use ndarray::{ArrayD, IxDyn, SliceInfoElem};
+
+const H: usize = 2;
+const NZ: usize = 2;
+const SENTINEL: f64 = -1.0;
+
+fn sl(r: &[std::ops::Range<usize>]) -> Vec<SliceInfoElem> {
+    r.iter()
+        .map(|r| SliceInfoElem::Slice { start: r.start as isize, end: Some(r.end as isize), step: 1 })
+        .collect()
+}
+
+/// The global field of quantity `salt` at global cell (gi, gj, k) of face `face`.
+fn global(salt: f64, face: usize, gi: usize, gj: usize, k: usize) -> f64 {
+    salt + face as f64 * 1e6 + gi as f64 * 1000.0 + gj as f64 * 10.0 + k as f64
+}
+
+/// A 2-D tile case: scalars and a vector pair, several updates.
+fn tile_case<B: Kernels>(
+    b: &B,
+    comm: &SimpleCommunicator,
+    layout: (usize, usize),
+    periodic: bool,
+) -> Result<()> {
+    let part = TilePartitioner::new(layout, periodic)?;
+    let me = comm.rank() as usize;
+    let (j, i) = part.subtile_index(me);
+    let (nxl, nyl) = (5usize, 4usize);
+    let (gx, gy) = (layout.1 * nxl, layout.0 * nyl);
+    let spec = QuantityHaloSpec::centered(&[Dim::X, Dim::Y, Dim::Z], &[nxl, nyl, NZ], H, 0, DType::F64)?;
+    let salts = [0.0, 0.25, 0.5, 0.75];
+    let make = |salt: f64| -> ArrayD<f64> {
+        ArrayD::from_shape_fn(IxDyn(&spec.shape), |ix| {
+            let (a, bb, k) = (ix[0], ix[1], ix[2]);
+            if (H..H + nxl).contains(&a) && (H..H + nyl).contains(&bb) {
+                global(salt, 0, i * nxl + a - H, j * nyl + bb - H, k)
+            } else {
+                SENTINEL
+            }
+        })
+    };
+    let arrays: Vec<NDBuffer<B, f64>> =
+        salts.iter().map(|&s| NDBuffer::from_ndarray(b, make(s).view())).collect::<Result<_>>()?;
+    let specs = vec![spec.clone(), spec.clone()];
+    let mut scalars = HaloUpdater::<B, f64>::new(b, comm, &part, &specs, None, "scalars")?;
+    let mut vectors = HaloUpdater::<B, f64>::new(b, comm, &part, &specs[..1], Some(&specs[..1]), "wind")?;
+    for _ in 0..3 {
+        // Start both before waiting on either: their messages must not mix.
+        scalars.start(&[&arrays[0], &arrays[1]], None)?;
+        vectors.start(&[&arrays[2]], Some(&[&arrays[3]]))?;
+        vectors.wait(&[&arrays[2]], Some(&[&arrays[3]]))?;
+        scalars.wait(&[&arrays[0], &arrays[1]], None)?;
+        for (q, &salt) in salts.iter().enumerate() {
+            let got = arrays[q].to_ndarray()?;
+            for (ix, &v) in got.indexed_iter() {
+                let (a, bb, k) = (ix[0] as isize, ix[1] as isize, ix[2]);
+                let gi = (i * nxl) as isize + a - H as isize;
+                let gj = (j * nyl) as isize + bb - H as isize;
+                let inside = (0..gx as isize).contains(&gi) && (0..gy as isize).contains(&gj);
+                let want = if periodic || inside {
+                    global(
+                        salt,
+                        0,
+                        gi.rem_euclid(gx as isize) as usize,
+                        gj.rem_euclid(gy as isize) as usize,
+                        k,
+                    )
+                } else {
+                    SENTINEL
+                };
+                if v != want {
+                    return Err(Error::invalid(format!("rank {me} q{q} cell {ix:?}: got {v}, want {want}")));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The cubed sphere with one rank per face: every halo equals the neighbour face's edge,
+/// rotated by an independent reference, with vector components swapped and negated.
+fn cube_case<B: Kernels>(b: &B, comm: &SimpleCommunicator) -> Result<()> {
+    let part = CubedSpherePartitioner::new(1)?;
+    let me = comm.rank() as usize;
+    let n = 4usize;
+    let dims = [Dim::X, Dim::Y, Dim::Z];
+    let spec = QuantityHaloSpec::centered(&dims, &[n, n, NZ], 1, 0, DType::F64)?;
+    let face_field = |salt: f64, face: usize| -> ArrayD<f64> {
+        ArrayD::from_shape_fn(IxDyn(&spec.shape), |ix| {
+            let inside = (1..1 + n).contains(&ix[0]) && (1..1 + n).contains(&ix[1]);
+            if inside {
+                global(salt, face, ix[0] - 1, ix[1] - 1, ix[2])
+            } else {
+                SENTINEL
+            }
+        })
+    };
+    let (sx, sy, ss) = (0.0, 0.5, 0.25);
+    let ux = NDBuffer::from_ndarray(b, face_field(sx, me).view())?;
+    let uy = NDBuffer::from_ndarray(b, face_field(sy, me).view())?;
+    let s = NDBuffer::from_ndarray(b, face_field(ss, me).view())?;
+    let mut vec_up = HaloUpdater::<B, f64>::new(
+        b,
+        comm,
+        &part,
+        std::slice::from_ref(&spec),
+        Some(std::slice::from_ref(&spec)),
+        "uv",
+    )?;
+    let mut sc_up = HaloUpdater::<B, f64>::new(b, comm, &part, std::slice::from_ref(&spec), None, "s")?;
+    for _ in 0..2 {
+        vec_up.update(&[&ux], Some(&[&uy]))?;
+        sc_up.update(&[&s], None)?;
+    }
+    let (gx, gy, gs) = (ux.to_ndarray()?, uy.to_ndarray()?, s.to_ndarray()?);
+    for br in Boundary::ALL {
+        let recv = spec.boundary_slices(br, false)?;
+        let Some(nb) = part.neighbor(me, br) else { continue };
+        // The neighbour's boundary whose data lands here, and the turns it makes.
+        let (bs, turns) = Boundary::ALL
+            .iter()
+            .filter_map(|&bs| part.neighbor(nb.rank, bs).filter(|x| x.rank == me).map(|x| (bs, x.rotation)))
+            .find(|&(bs, r)| receiving_boundary(bs, r) == br)
+            .ok_or_else(|| Error::invalid("no partner boundary"))?;
+        let send = spec.boundary_slices(bs, true)?;
+        let cut = |salt: f64| {
+            rotate(&face_field(salt, nb.rank).slice(sl(&send).as_slice()).to_owned(), &dims, -turns)
+        };
+        let (rx, ry, rs) = (cut(sx), cut(sy), cut(ss));
+        let neg = |a: &ArrayD<f64>| a.mapv(|v| -v);
+        let (want_x, want_y) = match (-turns).rem_euclid(4) {
+            1 => (ry.clone(), neg(&rx)),
+            2 => (neg(&rx), neg(&ry)),
+            3 => (neg(&ry), rx.clone()),
+            _ => (rx.clone(), ry.clone()),
+        };
+        for (name, got, want) in [("x", &gx, &want_x), ("y", &gy, &want_y), ("scalar", &gs, &rs)] {
+            let halo: Vec<f64> = got.slice(sl(&recv).as_slice()).iter().copied().collect();
+            let want: Vec<f64> = want.iter().copied().collect();
+            if halo != want {
+                return Err(Error::invalid(format!("rank {me} {br:?} {name}: got {halo:?}, want {want:?}")));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn run_all<B: Kernels>(b: &B, world: &SimpleCommunicator, results: &mut Vec<(String, Result<()>)>) {
+    let tag = B::KIND.name();
+    match world.size() {
+        1 => results.push((format!("{tag} tile 1x1 periodic"), tile_case(b, world, (1, 1), true))),
+        4 => {
+            results.push((format!("{tag} tile 2x2 periodic"), tile_case(b, world, (2, 2), true)));
+            results.push((format!("{tag} tile 2x2 open"), tile_case(b, world, (2, 2), false)));
+            // Two independent 1x2 periodic decompositions: each rank's west and east
+            // neighbour is the same rank.
+            let pair = world.split_by_color(Color::with_value(world.rank() / 2));
+            if let Some(pair) = pair {
+                results.push((format!("{tag} tile 1x2 periodic"), tile_case(b, &pair, (1, 2), true)));
+            }
+        }
+        6 => results.push((format!("{tag} cubed sphere 1x1"), cube_case(b, world))),
+        n => results.push((format!("{tag} world of {n}"), Err(Error::invalid("run with 1, 4 or 6 ranks")))),
+    }
+}
+
+fn main() {
+    let Some(universe) = gpubuf_mpi::mpi::initialize() else {
+        eprintln!("MPI could not be initialised");
+        std::process::exit(1);
+    };
+    let world = universe.world();
+    let mut results = Vec::new();
+    run_all(&gpubuf_testkit::cpu(), &world, &mut results);
+    if let Some(cl) = gpubuf_testkit::opencl() {
+        run_all(&cl, &world, &mut results);
+    }
+    let failed_here = results.iter().filter(|r| r.1.is_err()).count() as u64;
+    for (name, r) in &results {
+        match r {
+            Ok(()) => println!("rank {}: {name} ... ok", world.rank()),
+            Err(e) => println!("rank {}: {name} ... FAILED: {e}", world.rank()),
+        }
+    }
+    let mut failed = 0u64;
+    world.all_reduce_into(&failed_here, &mut failed, gpubuf_mpi::mpi::collective::SystemOperation::sum());
+    if world.rank() == 0 {
+        let total = results.len() as u64;
+        println!("{} passed, {} failed", total.saturating_sub(failed.min(total)), failed);
+    }
+    drop(universe);
+    std::process::exit(if failed == 0 { 0 } else { 1 });
+}
