@@ -240,5 +240,40 @@ fn run_mpi_tests() -> Result<(usize, usize), String> {
             failed = failed.max(1);
         }
     }
+    // The demo: the same checksum with 1 and 4 ranks.
+    if !run_ok(Command::new("cargo").args(["build", "--quiet", "-p", "gpubuf-cli", "--features", "mpi"])) {
+        return Err("building the demo with MPI failed".into());
+    }
+    let demo = |n: &str| -> Option<String> {
+        let mut cmd = Command::new("mpirun");
+        if root {
+            cmd.arg("--allow-run-as-root");
+        }
+        cmd.args([
+            "--oversubscribe",
+            "-n",
+            n,
+            "target/debug/gpubuf",
+            "demo",
+            "--size",
+            "64",
+            "--steps",
+            "40",
+            "--out",
+        ]);
+        cmd.arg(std::env::temp_dir().join(format!("gpubuf-demo-{n}.svg")));
+        let (lines, ok) = run_tee(&mut cmd);
+        ok.then(|| lines.iter().find_map(|l| l.strip_prefix("checksum ").map(String::from))).flatten()
+    };
+    match (demo("1"), demo("4")) {
+        (Some(a), Some(b)) if a == b => {
+            println!("demo: 1 rank and 4 ranks agree ({a})");
+            passed += 1;
+        }
+        (a, b) => {
+            println!("demo: checksums differ or missing: 1 rank {a:?}, 4 ranks {b:?}");
+            failed += 1;
+        }
+    }
     Ok((passed, failed))
 }

@@ -1,6 +1,9 @@
 //! The `gpubuf` command: `info` lists backends and devices, `bench` measures.
 
 mod bench;
+mod demo;
+#[cfg(feature = "mpi")]
+mod demo_mpi;
 mod info;
 mod plot;
 
@@ -24,6 +27,25 @@ enum Command {
         /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
+    },
+    /// Heat diffusion on a decomposed periodic domain using every component; run it under
+    /// `mpirun -n N` with a build that has the `mpi` feature.
+    Demo {
+        /// Backend: cpu, opencl, cuda.
+        #[arg(long, default_value = "cpu")]
+        backend: String,
+        /// Cells per side of the global grid.
+        #[arg(long, default_value_t = 256)]
+        size: usize,
+        /// Time steps.
+        #[arg(long, default_value_t = 200)]
+        steps: usize,
+        /// SVG of the final field.
+        #[arg(long, default_value = "demo.svg")]
+        out: PathBuf,
+        /// Snapshot the field into the bufferizer every this many steps (0: never).
+        #[arg(long, default_value_t = 10)]
+        snapshot_every: usize,
     },
     /// Run a benchmark and print a table (or JSON), optionally an SVG plot.
     Bench {
@@ -70,6 +92,15 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Info { json } => info::run(json),
+        Command::Demo { backend, size, steps, out, snapshot_every } => {
+            backend.parse::<BackendKind>().and_then(|kind| {
+                let opts = demo::DemoOptions { size, steps, out: Some(out), snapshot_every };
+                #[cfg(feature = "mpi")]
+                return demo_mpi::run(kind, &opts);
+                #[cfg(not(feature = "mpi"))]
+                demo::run(kind, &opts)
+            })
+        }
         Command::Bench { name, backend, json, plot, reps, quick, list } => {
             if list || name.is_none() {
                 bench::list();

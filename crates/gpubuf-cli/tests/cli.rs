@@ -81,3 +81,35 @@ fn bench_writes_an_svg_plot_and_rejects_other_formats() {
     let out = gpubuf().args(["bench", "copy", "--backend", "tpu"]).output().expect("runs");
     assert!(!out.status.success());
 }
+
+fn demo_checksum(backend: &str) -> Option<String> {
+    let out_svg = std::env::temp_dir().join(format!("gpubuf-demo-{backend}.svg"));
+    let out = gpubuf()
+        .args(["demo", "--size", "64", "--steps", "60", "--backend", backend, "--out"])
+        .arg(&out_svg)
+        .output()
+        .expect("runs");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let svg = std::fs::read_to_string(&out_svg).expect("the field is written");
+    assert!(svg.starts_with("<svg") && svg.matches("<rect").count() == 64 * 64);
+    text.lines().find_map(|l| {
+        l.strip_prefix("checksum ").map(|c| c.split_whitespace().next().unwrap_or("").to_string())
+    })
+}
+
+#[test]
+fn demo_runs_and_is_identical_on_cpu_and_opencl() {
+    let cpu = demo_checksum("cpu").expect("a checksum line");
+    assert_eq!(cpu.len(), 16);
+    // OpenCL where a device exists (the info JSON says so).
+    let v = info_json(&mut gpubuf());
+    let cl = v.iter().find(|b| b["backend"] == "opencl").map(|b| b["available"] == true).unwrap_or(false);
+    if cl {
+        assert_eq!(
+            demo_checksum("opencl").expect("a checksum line"),
+            cpu,
+            "CPU and OpenCL give the same field"
+        );
+    }
+}

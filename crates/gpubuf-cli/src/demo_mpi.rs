@@ -1,0 +1,63 @@
+//! The demo across MPI ranks (feature `mpi`): `mpirun -n 4 gpubuf demo`.
+
+use crate::demo::{layout_for, report, simulate, DemoOptions, Exchange};
+use gpubuf::halo::{QuantityHaloSpec, TilePartitioner};
+use gpubuf::mpi::mpi::topology::{Communicator, SimpleCommunicator};
+use gpubuf::mpi::mpi::traits::Root;
+use gpubuf::mpi::HaloUpdater;
+use gpubuf::{with_backend, BackendKind, BackendVisitor, Error, Kernels, NDBuffer, Result};
+
+struct MpiExchange<B: Kernels> {
+    up: HaloUpdater<B, f64>,
+    world: SimpleCommunicator,
+}
+
+impl<B: Kernels> Exchange<B> for MpiExchange<B> {
+    fn update(&mut self, field: &NDBuffer<B, f64>) -> Result<()> {
+        self.up.update(&[field], None)
+    }
+    fn gather(&self, local: &[f64]) -> Result<Option<Vec<Vec<f64>>>> {
+        let root = self.world.process_at_rank(0);
+        if self.world.rank() == 0 {
+            let mut all = vec![0.0f64; local.len() * self.world.size() as usize];
+            root.gather_into_root(local, &mut all[..]);
+            Ok(Some(all.chunks(local.len()).map(|c| c.to_vec()).collect()))
+        } else {
+            root.gather_into(local);
+            Ok(None)
+        }
+    }
+}
+
+struct Ranks<'a> {
+    opts: &'a DemoOptions,
+    world: &'a SimpleCommunicator,
+}
+
+impl BackendVisitor for Ranks<'_> {
+    type Output = Option<(Vec<f64>, f64, usize)>;
+    fn visit<B: Kernels>(self, b: B) -> Result<Self::Output> {
+        let size = self.world.size() as usize;
+        let layout = layout_for(size);
+        let tiles = TilePartitioner::new(layout, true)?;
+        let rank = self.world.rank() as usize;
+        simulate(&b, self.opts, rank, layout, |b, _pool, spec: &QuantityHaloSpec| {
+            Ok(MpiExchange {
+                up: HaloUpdater::new(b, self.world, &tiles, std::slice::from_ref(spec), None, "demo-field")?,
+                world: self.world.duplicate(),
+            })
+        })
+    }
+}
+
+/// Runs the demo on every rank of `MPI_COMM_WORLD` (one rank without mpirun).
+///
+/// # Errors
+/// MPI initialisation, backend and component errors.
+pub fn run(kind: BackendKind, opts: &DemoOptions) -> Result<()> {
+    let universe =
+        gpubuf::mpi::mpi::initialize().ok_or_else(|| Error::invalid("MPI could not be initialised"))?;
+    let world = universe.world();
+    let out = with_backend(kind, Ranks { opts, world: &world })?;
+    report(kind, world.size() as usize, opts, out)
+}
