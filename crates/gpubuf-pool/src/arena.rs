@@ -308,6 +308,11 @@ impl<M> Arena<M> {
         out
     }
 
+    /// Blocks waiting in `bin`'s quick list.
+    pub(crate) fn quick_len(&self, bin: usize) -> usize {
+        self.quick.get(bin).map_or(usize::MAX, Vec::len)
+    }
+
     /// Sizes of the held blocks: free-set blocks and quick-list blocks.
     pub(crate) fn held_sizes(&self) -> impl Iterator<Item = usize> + '_ {
         self.free_blocks.values().map(|f| f.size).chain(self.quick.iter().flatten().map(|q| q.size))

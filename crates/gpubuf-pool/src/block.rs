@@ -1,7 +1,6 @@
 //! [`PooledBuffer`]: a block on loan from a [`crate::MemoryPool`].
 
 use crate::arena::Taken;
-use crate::bins::block_size;
 use crate::pool::Shared;
 use crate::stream::{Events, PoolStream, StreamHandle};
 use gpubuf_buffer::Buffer;
@@ -20,6 +19,8 @@ pub struct PooledBuffer<A: Allocator> {
     taken: Taken,
     len: usize,
     bin: usize,
+    /// Whether the block is exactly its size class (then it may wait in a quick list).
+    exact: bool,
     owner: Option<Arc<dyn PoolStream>>,
     used_on: Vec<Arc<dyn PoolStream>>,
 }
@@ -47,9 +48,10 @@ impl<A: Allocator> PooledBuffer<A> {
         taken: Taken,
         len: usize,
         bin: usize,
+        exact: bool,
         owner: Option<Arc<dyn PoolStream>>,
     ) -> Self {
-        PooledBuffer { pool, mem, taken, len, bin, owner, used_on: Vec::new() }
+        PooledBuffer { pool, mem, taken, len, bin, exact, owner, used_on: Vec::new() }
     }
 
     /// The allocation the block lies in.
@@ -134,14 +136,14 @@ impl<A: Allocator> PooledBuffer<A> {
 
 impl<A: Allocator> Drop for PooledBuffer<A> {
     fn drop(&mut self) {
-        let events = self.events();
+        let events = if self.owner.is_none() && self.used_on.is_empty() { Vec::new() } else { self.events() };
         let cfg = &self.pool.config;
         let freed = {
             let mut st = self.pool.state.lock();
             let holding = st.holding;
             let active = st.arena.active_bytes;
             st.note_active_before(active);
-            let quick = holding && self.taken.size == block_size(self.len, cfg.leading_bits_in_bin_id);
+            let quick = holding && self.exact && st.arena.quick_len(self.bin) < cfg.quick_per_bin;
             let whole = st.arena.release(self.taken, self.bin, events, quick);
             st.note_active();
             let allowed = st.allowed_managed(cfg);

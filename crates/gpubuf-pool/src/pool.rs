@@ -90,6 +90,12 @@ impl<M> State<M> {
 
     /// The most bytes the pool should manage now (see [`PoolConfig::held_ratio`]).
     pub(crate) fn allowed_managed(&mut self, cfg: &PoolConfig) -> usize {
+        // Fast path: within the fixed allowance, nothing to work out.
+        if self.arena.managed <= self.arena.active_bytes + cfg.min_held_bytes
+            && self.window_frees < cfg.window
+        {
+            return usize::MAX;
+        }
         if self.window_frees >= cfg.window {
             self.window_frees = 0;
             self.window_peak = [self.arena.active_bytes, self.window_peak[0]];
@@ -253,7 +259,7 @@ impl<A: Allocator> MemoryPool<A> {
             {
                 let mut st = self.shared.state.lock();
                 if let Some(t) = self.take(&mut st, size, bin, large, tag, min_split, true) {
-                    return Ok(self.hand_out(&st, t, bytes, bin, owner));
+                    return Ok(self.hand_out(&st, t, bytes, bin, t.size == size, owner));
                 }
                 st.misses += 1;
                 freed = match st.limit {
@@ -282,7 +288,7 @@ impl<A: Allocator> MemoryPool<A> {
             st.arena.add_segment(Arc::new(mem), seg_size, large);
             st.peak_managed = st.peak_managed.max(st.arena.managed);
             if let Some(t) = self.take(&mut st, size, bin, large, tag, min_split, false) {
-                return Ok(self.hand_out(&st, t, bytes, bin, owner));
+                return Ok(self.hand_out(&st, t, bytes, bin, t.size == size, owner));
             }
         }
         Err(Error::OutOfMemory { requested: bytes, available: None, pool: Some(Box::new(self.stats())) })
@@ -313,16 +319,18 @@ impl<A: Allocator> MemoryPool<A> {
         t
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn hand_out(
         &self,
         st: &State<A::Memory>,
         t: Taken,
         bytes: usize,
         bin: usize,
+        exact: bool,
         owner: Option<Arc<dyn PoolStream>>,
     ) -> PooledBuffer<A> {
         let mem = st.arena.mem_ptr(t.seg);
-        PooledBuffer::new(self.shared.clone(), mem, t, bytes, bin, owner)
+        PooledBuffer::new(self.shared.clone(), mem, t, bytes, bin, exact, owner)
     }
 
     /// Calls the allocator (without the lock); on failure frees held segments, largest
