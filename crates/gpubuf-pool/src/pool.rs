@@ -162,10 +162,20 @@ impl<A: Allocator> MemoryPool<A> {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for a fractional limit when the allocator cannot report
-    /// its total memory, a fraction outside (0, 1], or `leading_bits_in_bin_id` above 16.
+    /// its total memory, a fraction outside (0, 1], `leading_bits_in_bin_id` above 16, a
+    /// zero `large_round` or `small_segment`, or a negative or NaN `held_ratio`.
     pub fn with_config(allocator: A, config: PoolConfig) -> Result<Self> {
         if config.leading_bits_in_bin_id > 16 {
             return Err(Error::invalid("leading_bits_in_bin_id must be at most 16"));
+        }
+        if config.large_round == 0 || config.small_segment == 0 {
+            return Err(Error::invalid("large_round and small_segment must be at least one byte"));
+        }
+        if config.held_ratio.is_nan() || config.held_ratio < 0.0 {
+            return Err(Error::invalid(format!(
+                "held_ratio {} is not a non-negative number",
+                config.held_ratio
+            )));
         }
         let limit = resolve_limit(&allocator, config.limit)?;
         Ok(Self::build(allocator, config, limit))
