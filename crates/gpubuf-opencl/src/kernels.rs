@@ -95,8 +95,7 @@ impl OpenClBackend {
         }
         let _span = tracing::debug_span!("opencl.build", slots).entered();
         let src = format!("{}{}", prelude(slots, self.chunk()), PLAN_SOURCE);
-        let program = Program::create_and_build_from_source(&self.inner.context, &src, "")
-            .map_err(|log| Error::Build { backend: BackendKind::OpenCl, log })?;
+        let program = self.build_program(&src)?;
         let kernels = |prefix: &str| -> Result<Vec<Mutex<Kernel>>> {
             [1, 2, 4, 8]
                 .iter()
@@ -124,6 +123,15 @@ impl OpenClBackend {
         let m = Arc::new(ClMemory::from_words(&self.inner.context, &[0i64; 8])?);
         *p = Some(m.clone());
         Ok(m)
+    }
+
+    /// Builds OpenCL C `source` for this device (how the plan programs are built).
+    ///
+    /// # Errors
+    /// [`Error::Build`] carrying the compiler's build log when the source does not compile.
+    pub fn build_program(&self, source: &str) -> Result<Program> {
+        Program::create_and_build_from_source(&self.inner.context, source, "")
+            .map_err(|log| Error::Build { backend: BackendKind::OpenCl, log })
     }
 
     /// Compiles the plan program for `slots` slots and reports the build log on failure;

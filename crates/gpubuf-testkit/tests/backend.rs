@@ -88,3 +88,19 @@ fn allocation_edges<B: Kernels>(b: &B) -> Result<()> {
 }
 
 backend_tests!(transfers_at_offsets, fills_and_copies, streams_and_events, allocation_edges);
+
+/// A kernel that does not compile is an error carrying the compiler's log.
+#[cfg(feature = "opencl")]
+mod opencl_build_log {
+    #[test]
+    fn opencl() {
+        let Some(cl) = gpubuf_testkit::opencl() else { return };
+        match cl.build_program("__kernel void broken(__global float* x) { x[0] = undeclared_name; }") {
+            Err(gpubuf::Error::Build { log, .. }) => {
+                assert!(log.contains("undeclared_name"), "the log names the error: {log}")
+            }
+            other => panic!("expected a build error, got {:?}", other.map(|_| "a program")),
+        }
+        assert!(cl.build_kernels(4).is_ok(), "the plan kernels build");
+    }
+}
