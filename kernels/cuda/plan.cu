@@ -42,42 +42,34 @@ __device__ __forceinline__ long long box_index(const long long* __restrict__ seg
     return seg[1] + i0 * seg[6] + i1 * seg[7] + i2 * seg[8] + i3 * seg[9];
 }
 
+// One kernel shape for both directions: MOVE reads or writes the array side.
+#define PLAN_KERNEL(NAME, T, W, BUF_T, ARR_T, MOVE)                                             \
+    extern "C" __global__ void NAME##_##W(const long long* __restrict__ segs,                   \
+                                          const long long* __restrict__ starts, int nseg,       \
+                                          long long total, int is_float,                        \
+                                          BUF_T* __restrict__ buf, SrcTable arrays) {           \
+        long long stride = (long long)gridDim.x * blockDim.x;                                  \
+        for (long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x; t < total;         \
+             t += stride) {                                                                     \
+            int k = find_segment(starts, nseg, t);                                              \
+            const long long* seg = segs + (long long)k * SEG_WORDS;                             \
+            long long l = t - starts[k];                                                        \
+            ARR_T* arr = (ARR_T*)arrays.ptr[seg[0]];                                            \
+            long long idx = box_index(seg, l);                                                  \
+            long long at = seg[10] + l;                                                         \
+            MOVE(W)                                                                             \
+        }                                                                                       \
+    }
+
+#define GATHER_MOVE(W) { auto v = arr[idx]; if (seg[11]) v = negate_##W(v, is_float); buf[at] = v; }
+#define SCATTER_MOVE(W) { auto v = buf[at]; if (seg[11]) v = negate_##W(v, is_float); arr[idx] = v; }
+
 #define DEFINE_PLAN(T, W)                                                                       \
     __device__ __forceinline__ T negate_##W(T v, int is_float) {                                \
         return is_float ? (T)(v ^ (T)((T)1 << (8 * sizeof(T) - 1))) : (T)((T)0 - v);           \
     }                                                                                           \
-    extern "C" __global__ void gather_##W(const long long* __restrict__ segs,                   \
-                                          const long long* __restrict__ starts, int nseg,       \
-                                          long long total, int is_float, T* __restrict__ buf,   \
-                                          SrcTable srcs) {                                      \
-        long long stride = (long long)gridDim.x * blockDim.x;                                  \
-        for (long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x; t < total;         \
-             t += stride) {                                                                     \
-            int k = find_segment(starts, nseg, t);                                              \
-            const long long* seg = segs + (long long)k * SEG_WORDS;                             \
-            long long l = t - starts[k];                                                        \
-            const T* src = (const T*)srcs.ptr[seg[0]];                                          \
-            T v = src[box_index(seg, l)];                                                       \
-            if (seg[11]) v = negate_##W(v, is_float);                                           \
-            buf[seg[10] + l] = v;                                                               \
-        }                                                                                       \
-    }                                                                                           \
-    extern "C" __global__ void scatter_##W(const long long* __restrict__ segs,                  \
-                                           const long long* __restrict__ starts, int nseg,      \
-                                           long long total, int is_float,                       \
-                                           const T* __restrict__ buf, SrcTable dsts) {          \
-        long long stride = (long long)gridDim.x * blockDim.x;                                  \
-        for (long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x; t < total;         \
-             t += stride) {                                                                     \
-            int k = find_segment(starts, nseg, t);                                              \
-            const long long* seg = segs + (long long)k * SEG_WORDS;                             \
-            long long l = t - starts[k];                                                        \
-            T* dst = (T*)dsts.ptr[seg[0]];                                                      \
-            T v = buf[seg[10] + l];                                                             \
-            if (seg[11]) v = negate_##W(v, is_float);                                           \
-            dst[box_index(seg, l)] = v;                                                         \
-        }                                                                                       \
-    }
+    PLAN_KERNEL(gather, T, W, T, const T, GATHER_MOVE)                                          \
+    PLAN_KERNEL(scatter, T, W, const T, T, SCATTER_MOVE)
 
 DEFINE_PLAN(unsigned char, 1)
 DEFINE_PLAN(unsigned short, 2)

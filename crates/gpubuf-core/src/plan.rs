@@ -249,28 +249,54 @@ impl CopyPlan {
     /// [`Error::InvalidPlan`] naming the first element written twice.
     pub fn check_scatter(&self) -> Result<()> {
         self.scatter_check
-            .get_or_init(|| {
-                let mut written: Vec<Vec<u64>> =
-                    self.source_lens.iter().map(|&n| vec![0u64; n.div_ceil(64)]).collect();
-                let mut clash = None;
-                for (i, s) in self.segments.iter().enumerate() {
-                    let bits = &mut written[s.source];
-                    s.for_each(|_, at| {
-                        let (w, b) = (at / 64, 1u64 << (at % 64));
-                        if bits[w] & b != 0 && clash.is_none() {
-                            clash = Some((i, s.source, at));
-                        }
-                        bits[w] |= b;
-                    });
-                    if let Some((i, src, at)) = clash {
-                        return Err(Error::plan(format!(
-                            "scatter writes element {at} of source {src} twice (segment {i})"
-                        )));
-                    }
-                }
-                Ok(())
-            })
+            .get_or_init(|| (0..self.source_lens.len()).try_for_each(|src| self.check_source(src)))
             .clone()
+    }
+
+    /// Checks that no element of source `src` is written twice. Memory stays proportional
+    /// to the elements the plan moves, whatever the declared source length: a bitset over
+    /// the touched span when the writes are dense in it, sorted indices otherwise.
+    fn check_source(&self, src: usize) -> Result<()> {
+        let segs: Vec<(usize, &Segment)> =
+            self.segments.iter().enumerate().filter(|(_, s)| s.source == src && !s.is_empty()).collect();
+        let count: usize = segs.iter().map(|(_, s)| s.len()).sum();
+        let Some((lo, hi)) =
+            segs.iter().filter_map(|(_, s)| s.source_span()).fold(None, |acc, (l, h)| match acc {
+                None => Some((l, h)),
+                Some((al, ah)) => Some((l.min(al), h.max(ah))),
+            })
+        else {
+            return Ok(());
+        };
+        let twice = |at: usize| Error::plan(format!("scatter writes element {at} of source {src} twice"));
+        let span = (hi - lo) as usize;
+        if span / 64 <= count {
+            let mut bits = vec![0u64; span.div_ceil(64)];
+            let mut clash = None;
+            for (_, s) in &segs {
+                s.for_each(|_, at| {
+                    let k = at - lo as usize;
+                    let (w, b) = (k / 64, 1u64 << (k % 64));
+                    if bits[w] & b != 0 && clash.is_none() {
+                        clash = Some(at);
+                    }
+                    bits[w] |= b;
+                });
+                if let Some(at) = clash {
+                    return Err(twice(at));
+                }
+            }
+        } else {
+            let mut all = Vec::with_capacity(count);
+            for (_, s) in &segs {
+                s.for_each(|_, at| all.push(at));
+            }
+            all.sort_unstable();
+            if let Some(w) = all.windows(2).find(|w| w[0] == w[1]) {
+                return Err(twice(w[0]));
+            }
+        }
+        Ok(())
     }
 }
 
@@ -354,6 +380,17 @@ mod tests {
         assert_eq!(parts[2].1.segments()[0].dst_offset, 8);
         assert_eq!(parts.iter().map(|p| p.1.total()).sum::<usize>(), 10);
         assert!(plan.split_by_source(0).is_err());
+    }
+
+    #[test]
+    fn scatter_check_memory_follows_the_writes_not_the_declared_length() {
+        // Two elements a petabyte apart in a source declared huge: no huge bitset.
+        let far = Segment::new(0, 0, &[(2, 1 << 50)], 0).unwrap();
+        let plan = CopyPlan::new(vec![usize::MAX / 2], 2, vec![far]).unwrap();
+        assert!(plan.check_scatter().is_ok());
+        let again = Segment { dst_offset: 2, ..far };
+        let plan = CopyPlan::new(vec![usize::MAX / 2], 4, vec![far, again]).unwrap();
+        assert!(plan.check_scatter().is_err());
     }
 
     #[test]
