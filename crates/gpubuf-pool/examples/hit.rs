@@ -1,17 +1,24 @@
-//! Times the pool's hit path (a profiling aid: `cargo run --release -p gpubuf-pool --example hit`).
+//! Times the pool's hit path the way `gpubuf bench pool` does (a profiling aid:
+//! `cargo run --release -p gpubuf-pool --example hit`).
 use gpubuf_cpu::CpuBackend;
-use gpubuf_pool::MemoryPool;
+use gpubuf_pool::{ImmediateAllocator, MemoryPool};
 use std::time::Instant;
 
-fn main() {
-    let pool = MemoryPool::new(CpuBackend::new());
-    drop(pool.allocate(256));
-    let n = 5_000_000;
-    for _ in 0..3 {
-        let t = Instant::now();
-        for _ in 0..n {
-            drop(std::hint::black_box(pool.allocate(256)));
+fn main() -> gpubuf_core::Result<()> {
+    let pool = MemoryPool::new(ImmediateAllocator(CpuBackend::new()));
+    let n = 2_000_000;
+    for size in [256, 4 << 20] {
+        drop(pool.allocate(size)?);
+        for _ in 0..2 {
+            let t = Instant::now();
+            for _ in 0..n {
+                drop(pool.allocate(std::hint::black_box(size))?);
+            }
+            println!(
+                "{size} bytes: {:.1} ns per allocate+release",
+                t.elapsed().as_secs_f64() * 1e9 / n as f64
+            );
         }
-        println!("hit pair: {:.1} ns", t.elapsed().as_secs_f64() * 1e9 / n as f64);
     }
+    Ok(())
 }

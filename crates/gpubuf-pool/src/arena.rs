@@ -5,6 +5,7 @@
 //! Nothing here calls the allocator or frees memory: segments to free are handed back to
 //! the caller, which drops them after releasing the pool's lock.
 
+use crate::quick::{Bin, Quick};
 use crate::stream::{usable, Events};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -30,14 +31,6 @@ struct Free {
     events: Events,
 }
 
-/// A recently freed block waiting in its bin's quick list (not coalesced).
-pub(crate) struct Quick {
-    pub(crate) seg: usize,
-    pub(crate) offset: usize,
-    pub(crate) size: usize,
-    pub(crate) events: Events,
-}
-
 /// A block handed out: which segment, where, how big.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Taken {
@@ -53,16 +46,14 @@ pub(crate) struct Arena<M> {
     free_blocks: BTreeMap<(usize, usize), Free>,
     /// Free blocks by (large, size, segment, offset), for best fit.
     by_size: BTreeSet<(bool, usize, usize, usize)>,
-    /// Quick lists by bin.
-    quick: Vec<Vec<Quick>>,
+    /// Quick list and active count per request bin.
+    bins: Vec<Bin>,
     pub(crate) quick_bytes: usize,
     pub(crate) quick_blocks: usize,
     pub(crate) free_bytes: usize,
     pub(crate) managed: usize,
     pub(crate) active_bytes: usize,
     pub(crate) active_blocks: usize,
-    /// Active blocks per request bin.
-    pub(crate) active_per_bin: Vec<usize>,
 }
 
 impl<M> Arena<M> {
@@ -72,14 +63,13 @@ impl<M> Arena<M> {
             spare_ids: Vec::new(),
             free_blocks: BTreeMap::new(),
             by_size: BTreeSet::new(),
-            quick: (0..bins).map(|_| Vec::new()).collect(),
+            bins: (0..bins).map(|_| Bin::default()).collect(),
             quick_bytes: 0,
             quick_blocks: 0,
             free_bytes: 0,
             managed: 0,
             active_bytes: 0,
             active_blocks: 0,
-            active_per_bin: vec![0; bins],
         }
     }
 
@@ -105,10 +95,44 @@ impl<M> Arena<M> {
     fn activate(&mut self, t: Taken, bin: usize) -> Taken {
         self.active_bytes += t.size;
         self.active_blocks += 1;
-        if let Some(n) = self.active_per_bin.get_mut(bin) {
-            *n += 1;
+        if let Some(b) = self.bins.get_mut(bin) {
+            b.active += 1;
         }
         t
+    }
+
+    /// The hit path for the host: the newest block of `bin`'s quick list, if it waits on
+    /// no event.
+    #[inline(always)]
+    pub(crate) fn take_quick(&mut self, bin: usize) -> Option<Taken> {
+        let b = self.bins.get_mut(bin)?;
+        if b.last()?.events.is_some() {
+            return None;
+        }
+        let q = b.pop()?;
+        b.active += 1;
+        self.quick_bytes -= q.size;
+        self.quick_blocks -= 1;
+        self.active_bytes += q.size;
+        self.active_blocks += 1;
+        Some(Taken { seg: q.seg, offset: q.offset, size: q.size })
+    }
+
+    /// The release path for a host block: onto `bin`'s quick list if it holds fewer than
+    /// `cap` blocks; returns whether it did.
+    #[inline(always)]
+    pub(crate) fn put_quick(&mut self, t: Taken, bin: usize, cap: usize) -> bool {
+        let Some(b) = self.bins.get_mut(bin) else { return false };
+        if b.len() >= cap {
+            return false;
+        }
+        b.push(Quick { seg: t.seg, offset: t.offset, size: t.size, events: None });
+        b.active -= 1;
+        self.quick_bytes += t.size;
+        self.quick_blocks += 1;
+        self.active_bytes -= t.size;
+        self.active_blocks -= 1;
+        true
     }
 
     /// A block of exactly `size` bytes for a request in `bin`, usable on stream `tag`,
@@ -122,9 +146,9 @@ impl<M> Arena<M> {
         tag: Option<u64>,
         min_split: usize,
     ) -> Option<Taken> {
-        if let Some(list) = self.quick.get_mut(bin) {
-            if let Some(i) = list.iter_mut().rposition(|q| q.size == size && usable(&mut q.events, tag)) {
-                let q = list.swap_remove(i);
+        if let Some(b) = self.bins.get_mut(bin) {
+            let found = b.find(|q| q.size == size && q.events.as_deref_mut().is_none_or(|e| usable(e, tag)));
+            if let Some(q) = found {
                 self.quick_bytes -= q.size;
                 self.quick_blocks -= 1;
                 return Some(self.activate(Taken { seg: q.seg, offset: q.offset, size: q.size }, bin));
@@ -185,12 +209,13 @@ impl<M> Arena<M> {
     pub(crate) fn release(&mut self, t: Taken, bin: usize, events: Events, quick: bool) -> bool {
         self.active_bytes -= t.size;
         self.active_blocks -= 1;
-        if let Some(n) = self.active_per_bin.get_mut(bin) {
-            *n -= 1;
+        if let Some(b) = self.bins.get_mut(bin) {
+            b.active -= 1;
         }
         if quick {
-            if let Some(list) = self.quick.get_mut(bin) {
-                list.push(Quick { seg: t.seg, offset: t.offset, size: t.size, events });
+            if let Some(b) = self.bins.get_mut(bin) {
+                let events = (!events.is_empty()).then(|| Box::new(events));
+                b.push(Quick { seg: t.seg, offset: t.offset, size: t.size, events });
                 self.quick_bytes += t.size;
                 self.quick_blocks += 1;
                 return false;
@@ -266,11 +291,15 @@ impl<M> Arena<M> {
     /// Moves every quick-list block into the free set, and merges free blocks whose
     /// events have completed since they were freed.
     pub(crate) fn flush_quick(&mut self) {
-        let lists: Vec<Vec<Quick>> = self.quick.iter_mut().map(std::mem::take).collect();
+        if self.quick_blocks == 0 {
+            self.merge_settled();
+            return;
+        }
+        let waiting: Vec<Quick> = self.bins.iter_mut().flat_map(Bin::drain).collect();
         self.quick_bytes = 0;
         self.quick_blocks = 0;
-        for q in lists.into_iter().flatten() {
-            self.coalesce(q.seg, q.offset, q.size, q.events);
+        for q in waiting {
+            self.coalesce(q.seg, q.offset, q.size, q.events.map(|e| *e).unwrap_or_default());
         }
         self.merge_settled();
     }
@@ -310,12 +339,20 @@ impl<M> Arena<M> {
 
     /// Blocks waiting in `bin`'s quick list.
     pub(crate) fn quick_len(&self, bin: usize) -> usize {
-        self.quick.get(bin).map_or(usize::MAX, Vec::len)
+        self.bins.get(bin).map_or(usize::MAX, Bin::len)
+    }
+
+    /// Active blocks per request bin.
+    pub(crate) fn active_per_bin(&self) -> impl Iterator<Item = usize> + '_ {
+        self.bins.iter().map(|b| b.active)
     }
 
     /// Sizes of the held blocks: free-set blocks and quick-list blocks.
     pub(crate) fn held_sizes(&self) -> impl Iterator<Item = usize> + '_ {
-        self.free_blocks.values().map(|f| f.size).chain(self.quick.iter().flatten().map(|q| q.size))
+        self.free_blocks
+            .values()
+            .map(|f| f.size)
+            .chain(self.bins.iter().flat_map(Bin::entries).map(|q| q.size))
     }
 }
 

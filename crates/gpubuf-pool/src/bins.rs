@@ -9,6 +9,7 @@
 pub const GRANULE: usize = 256;
 
 /// `floor(log2(n))` for `n >= 1`, 0 for 0.
+#[inline]
 fn bitlog2(n: usize) -> u32 {
     if n == 0 {
         0
@@ -18,6 +19,7 @@ fn bitlog2(n: usize) -> u32 {
 }
 
 /// The bin of `size` with `bits` leading bits (pyopencl's `bin_number`).
+#[inline]
 pub fn bin_number(size: usize, bits: u32) -> usize {
     let l = bitlog2(size);
     let shifted = if l >= bits { size >> (l - bits) } else { size << (bits - l) };
@@ -26,6 +28,7 @@ pub fn bin_number(size: usize, bits: u32) -> usize {
 }
 
 /// The largest size in `bin` (pyopencl's `alloc_size`).
+#[inline]
 pub fn alloc_size(bin: usize, bits: u32) -> usize {
     let exponent = (bin >> bits) as i64;
     let mantissa = bin & ((1usize << bits) - 1);
@@ -42,6 +45,7 @@ pub fn alloc_size(bin: usize, bits: u32) -> usize {
 /// The size of the block that serves a request of `size` bytes: the bin's largest size,
 /// rounded up to [`GRANULE`] (for sizes of at least `GRANULE << bits` the rounding adds
 /// exactly one byte: the bin's bound is already one below a granule multiple).
+#[inline]
 pub fn block_size(size: usize, bits: u32) -> usize {
     let top = alloc_size(bin_number(size.max(1), bits), bits);
     top.div_ceil(GRANULE).max(1) * GRANULE

@@ -21,8 +21,17 @@ pub struct PooledBuffer<A: Allocator> {
     bin: usize,
     /// Whether the block is exactly its size class (then it may wait in a quick list).
     exact: bool,
-    owner: Option<Arc<dyn PoolStream>>,
-    used_on: Vec<Arc<dyn PoolStream>>,
+    /// The streams the block is used on; boxed so the host-only block stays small (it is
+    /// moved on every allocation).
+    streams: Option<Box<Streams>>,
+}
+
+/// The streams a block is used on.
+pub(crate) struct Streams {
+    /// The stream it was allocated on.
+    pub(crate) owner: Option<Arc<dyn PoolStream>>,
+    /// Further streams named with [`PooledBuffer::record_stream`].
+    pub(crate) used_on: Vec<Arc<dyn PoolStream>>,
 }
 
 // SAFETY: the raw pointer is to an `A::Memory` (Send + Sync) kept alive by the pool; all
@@ -49,9 +58,9 @@ impl<A: Allocator> PooledBuffer<A> {
         len: usize,
         bin: usize,
         exact: bool,
-        owner: Option<Arc<dyn PoolStream>>,
+        streams: Option<Box<Streams>>,
     ) -> Self {
-        PooledBuffer { pool, mem, taken, len, bin, exact, owner, used_on: Vec::new() }
+        PooledBuffer { pool, mem, taken, len, bin, exact, streams }
     }
 
     /// The allocation the block lies in.
@@ -90,10 +99,14 @@ impl<A: Allocator> PooledBuffer<A> {
     /// streams only after it completes (PyTorch's `record_stream`).
     pub fn record_stream<B: Backend>(&mut self, backend: &B, stream: &B::Stream) {
         let id = backend.stream_id(stream);
-        if self.owner.as_ref().is_some_and(|o| o.id() == id) || self.used_on.iter().any(|s| s.id() == id) {
+        let streams =
+            self.streams.get_or_insert_with(|| Box::new(Streams { owner: None, used_on: Vec::new() }));
+        if streams.owner.as_ref().is_some_and(|o| o.id() == id)
+            || streams.used_on.iter().any(|s| s.id() == id)
+        {
             return;
         }
-        self.used_on.push(Arc::new(StreamHandle { backend: backend.clone(), stream: stream.clone() }));
+        streams.used_on.push(Arc::new(StreamHandle { backend: backend.clone(), stream: stream.clone() }));
     }
 
     /// Returns the block to the pool now (the same as dropping it).
@@ -119,9 +132,9 @@ impl<A: Allocator> PooledBuffer<A> {
         Buffer::from_lease(backend, mem, range, Arc::new(self))
     }
 
-    fn events(&self) -> Events {
+    fn events(streams: &Streams) -> Events {
         let mut out = Events::new();
-        for s in self.owner.iter().chain(self.used_on.iter()) {
+        for s in streams.owner.iter().chain(streams.used_on.iter()) {
             match s.record() {
                 Ok(Some(e)) => out.push((s.id(), e)),
                 Ok(None) => {}
@@ -136,7 +149,33 @@ impl<A: Allocator> PooledBuffer<A> {
 
 impl<A: Allocator> Drop for PooledBuffer<A> {
     fn drop(&mut self) {
-        let events = if self.owner.is_none() && self.used_on.is_empty() { Vec::new() } else { self.events() };
+        if self.streams.is_none() && self.exact {
+            // The hit path: onto the quick list when no held-memory check is due (the
+            // general path below would then do just this).
+            let cfg = &self.pool.config;
+            let mut st = self.pool.state.lock();
+            let a = &st.arena;
+            let active = a.active_bytes;
+            if st.holding
+                && st.window_frees + 1 < cfg.window
+                && (a.managed <= st.held_floor || a.managed + self.taken.size <= active + cfg.min_held_bytes)
+                && st.arena.put_quick(self.taken, self.bin, cfg.quick_per_bin)
+            {
+                st.note_active_before(active);
+                st.note_active();
+                return;
+            }
+        }
+        self.drop_slow();
+    }
+}
+
+impl<A: Allocator> PooledBuffer<A> {
+    /// Returns the block through the general path: events, coalescing, the held-memory
+    /// policy.
+    #[inline(never)]
+    fn drop_slow(&mut self) {
+        let events = self.streams.as_deref().map_or_else(Vec::new, Self::events);
         let cfg = &self.pool.config;
         let freed = {
             let mut st = self.pool.state.lock();

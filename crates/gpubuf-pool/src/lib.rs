@@ -27,6 +27,7 @@ mod arena;
 mod bins;
 mod block;
 mod pool;
+mod quick;
 mod stream;
 
 pub use allocators::{DeferredAllocator, ImmediateAllocator};

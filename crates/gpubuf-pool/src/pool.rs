@@ -2,7 +2,7 @@
 
 use crate::arena::{Arena, Taken};
 use crate::bins::{alloc_size, bin_number, block_size, GRANULE};
-use crate::block::PooledBuffer;
+use crate::block::{PooledBuffer, Streams};
 use crate::stream::{PoolStream, StreamHandle};
 use gpubuf_core::{Allocator, Backend, Error, PoolStats, Result};
 use parking_lot::Mutex;
@@ -75,6 +75,10 @@ pub(crate) struct State<M> {
     /// Sliding peak of active bytes: this window's and the previous window's.
     pub(crate) window_peak: [usize; 2],
     pub(crate) window_frees: u32,
+    /// A lower bound of [`State::allowed_managed`] until the window ends: the part that
+    /// comes from the window's peak, as last worked out (the peak only grows within a
+    /// window). Lets a free skip the full check.
+    pub(crate) held_floor: usize,
 }
 
 impl<M> State<M> {
@@ -100,9 +104,11 @@ impl<M> State<M> {
             self.window_frees = 0;
             self.window_peak = [self.arena.active_bytes, self.window_peak[0]];
         }
-        let peak = self.window_peak[0].max(self.window_peak[1]).max(self.arena.active_bytes);
+        let window = self.window_peak[0].max(self.window_peak[1]);
+        self.held_floor = window.saturating_add((window as f64 * cfg.held_ratio) as usize);
+        let peak = window.max(self.arena.active_bytes);
         let slack = (peak as f64 * cfg.held_ratio) as usize;
-        (peak + slack).max(self.arena.active_bytes + cfg.min_held_bytes)
+        peak.saturating_add(slack).max(self.arena.active_bytes + cfg.min_held_bytes)
     }
 }
 
@@ -193,6 +199,7 @@ impl<A: Allocator> MemoryPool<A> {
             peak_active: 0,
             window_peak: [0, 0],
             window_frees: 0,
+            held_floor: 0,
         };
         MemoryPool { shared: Arc::new(Shared { allocator, config, state: Mutex::new(state) }) }
     }
@@ -230,7 +237,20 @@ impl<A: Allocator> MemoryPool<A> {
     /// [`Error::OutOfMemory`] (with the pool's stats) when the allocator fails even after
     /// the pool freed what it held, or the limit is reached; other allocator errors.
     pub fn allocate(&self, bytes: usize) -> Result<PooledBuffer<A>> {
-        self.allocate_with(bytes, None)
+        // The hit path: the newest block of the request's quick list.
+        let bin = bin_number(bytes.max(1), self.shared.config.leading_bits_in_bin_id);
+        let hit = {
+            let mut st = self.shared.state.lock();
+            st.arena.take_quick(bin).map(|t| {
+                st.hits += 1;
+                st.peak_active = st.peak_active.max(st.arena.active_bytes);
+                (t, st.arena.mem_ptr(t.seg))
+            })
+        };
+        match hit {
+            Some((t, mem)) => Ok(PooledBuffer::new(self.shared.clone(), mem, t, bytes, bin, true, None)),
+            None => self.allocate_with(bytes, None),
+        }
     }
 
     /// A block for work queued on `stream`. When it is freed, an event is recorded on
@@ -248,17 +268,18 @@ impl<A: Allocator> MemoryPool<A> {
     ) -> Result<PooledBuffer<A>> {
         let owner: Arc<dyn PoolStream> =
             Arc::new(StreamHandle { backend: backend.clone(), stream: stream.clone() });
-        self.allocate_with(bytes, Some(owner))
+        self.allocate_with(bytes, Some(Box::new(Streams { owner: Some(owner), used_on: Vec::new() })))
     }
 
-    fn allocate_with(&self, bytes: usize, owner: Option<Arc<dyn PoolStream>>) -> Result<PooledBuffer<A>> {
+    #[inline(never)]
+    fn allocate_with(&self, bytes: usize, owner: Option<Box<Streams>>) -> Result<PooledBuffer<A>> {
         let cfg = &self.shared.config;
         let bits = cfg.leading_bits_in_bin_id;
         let size = block_size(bytes, bits);
         let bin = bin_number(bytes.max(1), bits);
         let large = size > cfg.small_max;
         let min_split = if large { cfg.small_max.max(GRANULE) } else { GRANULE };
-        let tag = owner.as_ref().map(|o| o.id());
+        let tag = owner.as_ref().and_then(|s| s.owner.as_ref()).map(|o| o.id());
         let seg_size = if large {
             size.div_ceil(cfg.large_round) * cfg.large_round
         } else {
@@ -337,7 +358,7 @@ impl<A: Allocator> MemoryPool<A> {
         bytes: usize,
         bin: usize,
         exact: bool,
-        owner: Option<Arc<dyn PoolStream>>,
+        owner: Option<Box<Streams>>,
     ) -> PooledBuffer<A> {
         let mem = st.arena.mem_ptr(t.seg);
         PooledBuffer::new(self.shared.clone(), mem, t, bytes, bin, exact, owner)
@@ -416,7 +437,7 @@ impl<A: Allocator> MemoryPool<A> {
         let bits = self.shared.config.leading_bits_in_bin_id;
         let st = self.shared.state.lock();
         let mut rows: std::collections::BTreeMap<usize, BinReport> = std::collections::BTreeMap::new();
-        for (bin, &n) in st.arena.active_per_bin.iter().enumerate().filter(|(_, &n)| n > 0) {
+        for (bin, n) in st.arena.active_per_bin().enumerate().filter(|&(_, n)| n > 0) {
             rows.insert(bin, BinReport { bin, max_size: alloc_size(bin, bits), active: n, held: 0 });
         }
         for size in st.arena.held_sizes() {

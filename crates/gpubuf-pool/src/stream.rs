@@ -53,6 +53,7 @@ pub(crate) type Events = Vec<(u64, Arc<dyn Pending>)>;
 
 /// Whether a block with `events` may be handed to stream `tag` (`None`: to the host,
 /// which needs every event complete). Completed events are dropped on the way.
+#[inline]
 pub(crate) fn usable(events: &mut Events, tag: Option<u64>) -> bool {
     if events.is_empty() {
         return true;

@@ -24,7 +24,9 @@ pub mod reference;
 pub mod strategies;
 
 use gpubuf::cpu::CpuBackend;
-use gpubuf::{BackendKind, Error, Result};
+#[cfg(any(feature = "opencl", feature = "cuda"))]
+use gpubuf::Error;
+use gpubuf::{BackendKind, Result};
 use std::sync::OnceLock;
 
 /// Whether `kind` must be available (listed in `GPUBUF_REQUIRE`).

@@ -238,6 +238,43 @@ fn stop_holding_returns_memory<B: Kernels>(b: &B) -> Result<()> {
     Ok(())
 }
 
+/// The held-memory policy: a steady loop keeps its blocks (no misses after the first
+/// round), a workload that shrank gives its memory back once the window has passed, and
+/// `trim_to` frees wholly free segments down to the bound.
+fn held_memory_is_bounded<B: Kernels>(b: &B) -> Result<()> {
+    let alloc = budget(b, 1 << 30);
+    let config = PoolConfig { min_held_bytes: 1 << 20, window: 64, ..PoolConfig::default() };
+    let pool = MemoryPool::with_config(alloc.clone(), config)?;
+    let sizes = [3000, 70_000, 500_000, 3 << 20, 5 << 20];
+    for _ in 0..200 {
+        let live: Vec<_> = sizes.iter().map(|&s| pool.allocate(s)).collect::<Result<_>>()?;
+        drop(live);
+    }
+    let st = pool.stats();
+    assert!(st.misses <= sizes.len() as u64, "a steady loop missed {} times", st.misses);
+    assert_eq!(st.hits + st.misses, 200 * sizes.len() as u64);
+
+    // Grow to 32 large blocks, free them, then run small: the memory goes back.
+    let big: Vec<_> = (0..32).map(|_| pool.allocate(3 << 20)).collect::<Result<_>>()?;
+    let grown = pool.managed_bytes();
+    assert!(grown >= 32 * (3 << 20));
+    drop(big);
+    for _ in 0..300 {
+        drop(pool.allocate(4096)?);
+    }
+    let small = pool.managed_bytes();
+    assert!(small <= 4 << 20, "after shrinking the pool still manages {small} of {grown} bytes");
+    assert_eq!(alloc.used.load(Ordering::SeqCst), small, "the allocator got the rest back");
+
+    // trim_to: held bytes down to the bound (whole segments only).
+    let keep: Vec<_> = (0..4).map(|_| pool.allocate(1 << 20)).collect::<Result<_>>()?;
+    drop(keep);
+    pool.trim_to(0);
+    assert_eq!(pool.held_bytes(), 0);
+    assert_eq!(pool.managed_bytes(), 0);
+    Ok(())
+}
+
 /// Immediate and deferred allocators both serve the pool; the pool uses the immediate
 /// path unless configured otherwise.
 fn immediate_and_deferred<B: Kernels>(b: &B) -> Result<()> {
@@ -344,6 +381,7 @@ backend_tests!(
     oom_ladder_frees_held_blocks,
     limit_is_enforced,
     stop_holding_returns_memory,
+    held_memory_is_bounded,
     immediate_and_deferred,
     threads_never_share_a_block,
     stream_ordered_reuse,
