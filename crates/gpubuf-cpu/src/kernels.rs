@@ -1,11 +1,11 @@
 //! Copy-plan execution on the CPU: rows of every segment, in parallel with rayon.
 //!
 //! Each segment's axes are reordered so the array is walked in memory order (the buffer
-//! side then takes strides too). Work is cut into units of whole rows (the innermost axis)
-//! of about [`UNIT`] elements, so one huge segment and many small ones both spread over the
-//! thread pool. A row contiguous on both sides is a `memcpy` (a vectorised loop when
-//! negated); others move element by element at the dtype's width. Plans smaller than
-//! [`SERIAL_BELOW`] bytes run on the calling thread.
+//! side then takes strides too), and axes contiguous on both sides are folded into longer
+//! rows. Work is cut into units of whole rows (the innermost axis) of about [`UNIT`]
+//! elements, so one huge segment and many small ones both spread over the thread pool.
+//! How each row moves (copy, streaming stores, prefetch) is in [`crate::rows`]. Plans
+//! smaller than [`SERIAL_BELOW`] bytes run on the calling thread.
 
 use gpubuf_core::{CopyPlan, DType, Segment};
 use rayon::prelude::*;
@@ -25,7 +25,7 @@ pub(crate) enum Direction {
 }
 
 #[derive(Clone, Copy)]
-struct Ptr(*mut u8);
+pub(crate) struct Ptr(pub(crate) *mut u8);
 // SAFETY: the pointers are only dereferenced at element positions the plan validation
 // proved disjoint for writes (buffer ranges for gather, `check_scatter` for scatter) and
 // inside the allocations whose locks the caller holds for the whole call.
@@ -40,44 +40,21 @@ impl Ptr {
     }
 }
 
-trait Word: Copy + Send + Sync {
-    fn neg(self, float: bool) -> Self;
-}
-
-macro_rules! word {
-    ($t:ty) => {
-        impl Word for $t {
-            #[inline(always)]
-            fn neg(self, float: bool) -> Self {
-                if float {
-                    self ^ (1 << (<$t>::BITS - 1))
-                } else {
-                    self.wrapping_neg()
-                }
-            }
-        }
-    };
-}
-word!(u8);
-word!(u16);
-word!(u32);
-word!(u64);
-
 /// One segment prepared for the CPU: its box with the buffer's strides beside the array's,
 /// axes reordered so the array is walked in memory order (largest stride outermost).
 /// Rotated halo boxes then read long sequential runs and write into a buffer range small
 /// enough to stay in cache, instead of jumping through the array in buffer order.
 #[derive(Clone, Copy, Debug)]
-struct Job {
-    source: usize,
-    array_off: isize,
-    buffer_off: isize,
-    ext: [usize; 4],
+pub(crate) struct Job {
+    pub(crate) source: usize,
+    pub(crate) array_off: isize,
+    pub(crate) buffer_off: isize,
+    pub(crate) ext: [usize; 4],
     /// Strides in the array.
-    sa: [isize; 4],
+    pub(crate) sa: [isize; 4],
     /// Strides in the buffer.
-    sb: [isize; 4],
-    negate: bool,
+    pub(crate) sb: [isize; 4],
+    pub(crate) negate: bool,
 }
 
 impl Job {
@@ -114,7 +91,53 @@ impl Job {
                 j.sb[d] = -j.sb[d];
             }
         }
+        j.merge();
         j
+    }
+
+    /// Folds an axis into the one inside it where both sides are contiguous across the
+    /// two: an unrotated edge halo is then one long row per array row, not one per level.
+    fn merge(&mut self) {
+        let mut axes: Vec<(usize, isize, isize)> =
+            (0..4).filter(|&d| self.ext[d] > 1).map(|d| (self.ext[d], self.sa[d], self.sb[d])).collect();
+        let mut d = axes.len();
+        while d >= 2 {
+            let (outer, inner) = (axes[d - 2], axes[d - 1]);
+            let span = inner.0 as isize;
+            if outer.1 == span * inner.1 && outer.2 == span * inner.2 {
+                axes[d - 1] = (outer.0 * inner.0, inner.1, inner.2);
+                axes.remove(d - 2);
+            }
+            d -= 1;
+        }
+        let pad = 4 - axes.len();
+        for k in 0..4 {
+            let (e, a, b) = if k < pad { (1, 0, 0) } else { axes[k - pad] };
+            self.ext[k] = e;
+            self.sa[k] = a;
+            self.sb[k] = b;
+        }
+    }
+
+    /// Rows in the job.
+    pub(crate) fn rows(&self) -> usize {
+        self.ext[0] * self.ext[1] * self.ext[2]
+    }
+
+    /// How many consecutive rows are contiguous in the array (1 when each row stands
+    /// alone): the array's runs are this many rows long.
+    pub(crate) fn run_rows(&self) -> usize {
+        let [e0, e1, e2, n] = self.ext;
+        if self.sa[3] != 1 || e2 == 1 || self.sa[2] != n as isize {
+            return 1;
+        }
+        if e1 == 1 || self.sa[1] != (e2 * n) as isize {
+            return e2;
+        }
+        if e0 == 1 || self.sa[0] != (e1 * e2 * n) as isize {
+            return e1 * e2;
+        }
+        e0 * e1 * e2
     }
 }
 
@@ -139,17 +162,19 @@ pub(crate) unsafe fn execute(
     let float = dtype.is_float();
     let jobs: Vec<Job> = plan.segments().iter().filter(|s| !s.is_empty()).map(Job::new).collect();
     let units = work_units(&jobs);
+    let stream = dir == Direction::Gather && plan.total() * dtype.size() >= crate::rows::STREAM_FROM;
     let run = |&u: &Unit| {
         let j = &jobs[u.0];
         let a = arrays[j.source];
+        let how = crate::rows::How { dir, float, stream };
         // SAFETY: forwarded from this function's contract; a job visits exactly the
         // elements of its segment, in another order.
         unsafe {
             match dtype.size() {
-                1 => rows::<u8>(j, u, a, buffer, dir, float),
-                2 => rows::<u16>(j, u, a, buffer, dir, float),
-                4 => rows::<u32>(j, u, a, buffer, dir, float),
-                _ => rows::<u64>(j, u, a, buffer, dir, float),
+                1 => crate::rows::rows::<u8>(j, u, a, buffer, how),
+                2 => crate::rows::rows::<u16>(j, u, a, buffer, how),
+                4 => crate::rows::rows::<u32>(j, u, a, buffer, how),
+                _ => crate::rows::rows::<u64>(j, u, a, buffer, how),
             }
         }
     };
@@ -161,14 +186,14 @@ pub(crate) unsafe fn execute(
 }
 
 /// A unit of work: rows `r0..r1` of job `seg`, columns `c0..c1` of each.
-type Unit = (usize, usize, usize, usize, usize);
+pub(crate) type Unit = (usize, usize, usize, usize, usize);
 
 /// Splits every job into units of about [`UNIT`] elements: runs of whole rows, or column
 /// ranges of one row when a row alone is longer than that.
 fn work_units(jobs: &[Job]) -> Vec<Unit> {
     let mut units = Vec::with_capacity(jobs.len());
     for (i, j) in jobs.iter().enumerate() {
-        let rows = j.ext[0] * j.ext[1] * j.ext[2];
+        let rows = j.rows();
         let n = j.ext[3];
         if n > UNIT {
             for r in 0..rows {
@@ -187,77 +212,6 @@ fn work_units(jobs: &[Job]) -> Vec<Unit> {
         }
     }
     units
-}
-
-/// Moves one unit of job `j`.
-///
-/// # Safety
-/// As [`execute`]; `T` has the dtype's size.
-unsafe fn rows<T: Word>(j: &Job, unit: Unit, array: Ptr, buffer: Ptr, dir: Direction, float: bool) {
-    let (_, r0, r1, c0, c1) = unit;
-    let [_, e1, e2, _] = j.ext;
-    let n = c1 - c0;
-    let array = array.0 as *mut T;
-    let buffer = buffer.0 as *mut T;
-    let (i2, i1, i0) = (r0 % e2, (r0 / e2) % e1, r0 / (e1 * e2));
-    let (mut i2, mut i1) = (i2, i1);
-    let start =
-        |s: &[isize; 4]| i0 as isize * s[0] + i1 as isize * s[1] + i2 as isize * s[2] + c0 as isize * s[3];
-    let mut pa = j.array_off + start(&j.sa);
-    let mut pb = j.buffer_off + start(&j.sb);
-    let (sa3, sb3) = (j.sa[3], j.sb[3]);
-    for r in r0..r1 {
-        if r > r0 {
-            // Step to the next row, carrying across the outer extents.
-            i2 += 1;
-            pa += j.sa[2];
-            pb += j.sb[2];
-            if i2 == e2 {
-                i2 = 0;
-                pa += j.sa[1] - e2 as isize * j.sa[2];
-                pb += j.sb[1] - e2 as isize * j.sb[2];
-                i1 += 1;
-                if i1 == e1 {
-                    i1 = 0;
-                    pa += j.sa[0] - e1 as isize * j.sa[1];
-                    pb += j.sb[0] - e1 as isize * j.sb[1];
-                }
-            }
-        }
-        // SAFETY: `pa` and `pb` are the row's first element in the array and the buffer
-        // (inside both, see below); the pointers are only formed here.
-        let (src, dst, ss, ds) = unsafe {
-            match dir {
-                Direction::Gather => (array.offset(pa) as *const T, buffer.offset(pb), sa3, sb3),
-                Direction::Scatter => (buffer.offset(pb) as *const T, array.offset(pa), sb3, sa3),
-            }
-        };
-        // SAFETY: the row's elements `pa + k*sa3` lie in the segment's box, which plan
-        // validation proved inside the array, and `pb + k*sb3` in the segment's buffer
-        // range; units cover disjoint elements of the box, so no two threads write the
-        // same element.
-        unsafe {
-            match (ss == 1 && ds == 1, j.negate) {
-                (true, false) => std::ptr::copy_nonoverlapping(src, dst, n),
-                // Contiguous and negated: slices, so the loop vectorises.
-                (true, true) => {
-                    let (from, to) =
-                        (std::slice::from_raw_parts(src, n), std::slice::from_raw_parts_mut(dst, n));
-                    if float {
-                        to.iter_mut().zip(from).for_each(|(d, v)| *d = v.neg(true));
-                    } else {
-                        to.iter_mut().zip(from).for_each(|(d, v)| *d = v.neg(false));
-                    }
-                }
-                (false, negate) => {
-                    for k in 0..n as isize {
-                        let v = *src.offset(k * ss);
-                        *dst.offset(k * ds) = if negate { v.neg(float) } else { v };
-                    }
-                }
-            }
-        }
-    }
 }
 
 /// Copies `len` bytes, split over the rayon pool when large (the same thread count the

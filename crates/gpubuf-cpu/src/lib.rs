@@ -26,8 +26,10 @@
 
 mod array;
 mod backend;
+mod huge;
 mod kernels;
 mod memory;
+mod rows;
 
 pub use array::{with_array, with_array_mut};
 pub use backend::{CpuBackend, CpuEvent, CpuPlan, CpuStream};

@@ -18,6 +18,9 @@ pub const ALIGN: usize = 64;
 pub struct CpuMemory {
     ptr: NonNull<u8>,
     len: usize,
+    /// Bytes mapped with `mmap` (huge-page backed, see [`crate::huge`]), or 0 for a heap
+    /// allocation.
+    mapped: usize,
     lock: Mutex<()>,
 }
 
@@ -38,7 +41,13 @@ impl CpuMemory {
     pub(crate) fn new(len: usize, touch: bool) -> Result<Self> {
         if len == 0 {
             let ptr = NonNull::new(ALIGN as *mut u8).ok_or_else(|| Error::invalid("null"))?;
-            return Ok(CpuMemory { ptr, len, lock: Mutex::new(()) });
+            return Ok(CpuMemory { ptr, len, mapped: 0, lock: Mutex::new(()) });
+        }
+        if let Some((ptr, mapped)) = crate::huge::map(len) {
+            if touch {
+                crate::huge::touch(ptr, len);
+            }
+            return Ok(CpuMemory { ptr, len, mapped, lock: Mutex::new(()) });
         }
         let layout = Layout::from_size_align(len, ALIGN).map_err(|_| Error::OutOfMemory {
             requested: len,
@@ -50,12 +59,9 @@ impl CpuMemory {
         let ptr =
             NonNull::new(raw).ok_or(Error::OutOfMemory { requested: len, available: None, pool: None })?;
         if touch {
-            for page in (0..len).step_by(4096) {
-                // SAFETY: `page < len`, inside the allocation we own exclusively here.
-                unsafe { ptr.as_ptr().add(page).write_volatile(0) };
-            }
+            crate::huge::touch(ptr, len);
         }
-        Ok(CpuMemory { ptr, len, lock: Mutex::new(()) })
+        Ok(CpuMemory { ptr, len, mapped: 0, lock: Mutex::new(()) })
     }
 
     /// Locks the allocation for exclusive access.
@@ -78,7 +84,10 @@ impl CpuMemory {
 
 impl Drop for CpuMemory {
     fn drop(&mut self) {
-        if self.len > 0 {
+        if self.mapped > 0 {
+            // SAFETY: mapped by `huge::map` with this length, unmapped once.
+            unsafe { crate::huge::unmap(self.ptr, self.mapped) };
+        } else if self.len > 0 {
             // SAFETY: allocated in `new` with this size and alignment, freed once.
             unsafe { dealloc(self.ptr.as_ptr(), Layout::from_size_align_unchecked(self.len, ALIGN)) };
         }

@@ -149,7 +149,49 @@ fn many_sources<B: Kernels>(b: &B) -> Result<()> {
     Ok(())
 }
 
+/// Gathers large enough for the CPU's streaming stores (at least 4 MiB): long rows at
+/// misaligned buffer offsets with odd lengths, negated and not, short runs split over
+/// several buffer rows (a rotated halo: the prefetching path), and a transposed block, for
+/// every dtype, against the reference; then a scatter of the result back.
+fn large_gathers_match_reference<B: Kernels>(b: &B) -> Result<()> {
+    for dtype in DType::ALL {
+        let w = dtype.size();
+        let c = 5003; // row length in elements: at least 4 KiB for every dtype
+        let r = (7 << 20) / (c * w) + 3; // two thirds of it is gathered: above 4 MiB
+        let (r1, r2) = (r / 3, 2 * r / 3);
+        let mut segs = Vec::new();
+        let mut at = 1; // an odd start: no segment begins on a 16-byte boundary by luck
+        segs.push(Segment::new(0, 0, &[(r1, c as isize), (c, 1)], at)?);
+        at += r1 * c + 3;
+        segs.push(Segment::new(0, r1 * c + 1, &[(r2 - r1, c as isize), (c - 3, 1)], at)?.negated(true));
+        at += (r2 - r1) * (c - 3) + 5;
+        // Rotated-halo shape: 3 rows of 80 contiguous in the array, each to its own buffer
+        // range (y outermost in the buffer, reversed), 40 "x" steps a whole row apart.
+        let x = 40.min(r - r2);
+        let top = (r2 * c + 80 * 2) as isize;
+        segs.push(
+            Segment::new(0, top as usize, &[(3, -80), (x, c as isize), (80, 1)], at)?
+                .negated(dtype.is_float()),
+        );
+        at += 3 * x * 80 + 7;
+        // A transposed block: strided on the array side.
+        segs.push(Segment::new(1, 2, &[(50, 1), (60, 50)], at)?.negated(true));
+        at += 3000;
+        let plan = CopyPlan::new(vec![r * c, 3000 + 2], at, segs)?;
+        let case = PlanCase { dtype, sources: vec![bytes(r * c * w, 7), bytes(3002 * w, 8)], plan };
+        let initial = bytes(at * w, 9);
+        let got = exec::gather(b, &case, &initial)?;
+        let want = reference::gather(&case.plan, dtype, &case.sources, &initial);
+        assert!(got == want, "{dtype}: the large gather differs from the reference");
+        let zeros: Vec<Vec<u8>> = case.sources.iter().map(|s| vec![0u8; s.len()]).collect();
+        let back = exec::scatter(b, &case, &got, &zeros)?;
+        assert!(back == reference::scatter(&case.plan, dtype, &got, &zeros), "{dtype}: scatter differs");
+    }
+    Ok(())
+}
+
 backend_tests!(
+    large_gathers_match_reference,
     gather_matches_reference,
     gather_scatter_round_trip,
     bad_plan_arguments_are_errors,
