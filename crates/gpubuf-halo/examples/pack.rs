@@ -1,6 +1,7 @@
-//! Times one halo pack case against a memcpy of the same bytes, both cold (a profiling aid:
-//! `cargo run --release -p gpubuf-halo --example pack -- c192_rot1`; cases as in
-//! `gpubuf bench halo`).
+//! Times one halo pack case against a memcpy of the same bytes, both cold, on the CPU (a
+//! profiling aid: `cargo run --release -p gpubuf-halo --example pack -- c192_rot1`; cases
+//! as in `gpubuf bench halo`). `EDGES=NS` packs only some edges, `REPS=n` sets the
+//! repetitions (50), `SEGS=1` prints the first compiled segments.
 use gpubuf_buffer::{Buffer, NDBuffer};
 use gpubuf_core::{Backend, DType, Order, Result};
 use gpubuf_cpu::CpuBackend;
