@@ -1,5 +1,5 @@
-//! Moving the rows of one work unit: a copy, a negating loop, or a strided loop, plus two
-//! memory-system measures for large gathers, both measured on halo packs
+//! Moving the rows of one work unit: a copy, a negating loop, a strided loop, or tiles of
+//! rows for a transpose, plus two memory-system measures for large gathers, both measured on halo packs
 //! (`cargo run --release -p gpubuf-halo --example pack`, docs/halo.md):
 //!
 //! * **Streaming stores.** A gather of at least [`STREAM_FROM`] bytes writes its buffer
@@ -118,6 +118,11 @@ pub(crate) unsafe fn rows<T: Word>(j: &Job, unit: Unit, array: Ptr, buffer: Ptr,
     // Prefetch the next array run when short runs are split over several rows.
     let total = j.rows();
     let ahead = if !long && run_rows > 1 { run_rows } else { 0 };
+    if sa3 == 1 && sb3 != 1 && j.sb[2] == 1 && j.ext[2] > 1 {
+        // SAFETY: forwarded from this function's contract.
+        unsafe { tiles(j, unit, array, buffer, how) };
+        return;
+    }
     let mut at = Cursor::at(j, r0, c0);
     let mut next = if ahead > 0 { Cursor::at(j, (r0 + ahead).min(total - 1), c0) } else { at };
     for r in r0..r1 {
@@ -173,6 +178,50 @@ pub(crate) unsafe fn rows<T: Word>(j: &Job, unit: Unit, array: Ptr, buffer: Ptr,
         store_fence();
     }
 }
+
+/// Rows of a transpose: contiguous in the array, strided in the buffer, with consecutive
+/// rows adjacent in the buffer. Up to [`TILE`] rows move together, column by column, so
+/// every buffer access covers `TILE` adjacent elements (a whole cache line for f64) and the
+/// array is read along `TILE` rows at once, instead of one element per strided access.
+///
+/// # Safety
+/// As [`rows`], for a job with `sa[3] == 1` and `sb[2] == 1`.
+unsafe fn tiles<T: Word>(j: &Job, unit: Unit, array: *mut T, buffer: *mut T, how: How) {
+    let (_, r0, r1, c0, c1) = unit;
+    let n = (c1 - c0) as isize;
+    let (sa2, sb3) = (j.sa[2], j.sb[3]);
+    let e2 = j.ext[2];
+    let mut at = Cursor::at(j, r0, c0);
+    let mut r = r0;
+    while r < r1 {
+        // Rows of one run along axis 2 (no carry inside a tile).
+        let g = TILE.min(r1 - r).min(e2 - at.i2) as isize;
+        for k in 0..n {
+            for t in 0..g {
+                let a = at.pa + t * sa2 + k;
+                let b = at.pb + t + k * sb3;
+                // SAFETY: element `k` of row `r + t` of the unit: `a` lies in the segment's
+                // box in the array and `b` in its buffer range (plan validation); units are
+                // disjoint, so no other thread writes these elements.
+                unsafe {
+                    let (src, dst) = match how.dir {
+                        Direction::Gather => (array.offset(a) as *const T, buffer.offset(b)),
+                        Direction::Scatter => (buffer.offset(b) as *const T, array.offset(a)),
+                    };
+                    let v = *src;
+                    *dst = if j.negate { v.neg(how.float) } else { v };
+                }
+            }
+        }
+        for _ in 0..g {
+            at.step(j);
+        }
+        r += g as usize;
+    }
+}
+
+/// Rows moved together by [`tiles`].
+const TILE: usize = 16;
 
 /// Asks for the cache lines of `bytes` bytes from `p` (a hint: never faults).
 #[inline(always)]
