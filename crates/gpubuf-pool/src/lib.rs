@@ -26,6 +26,7 @@ mod allocators;
 mod arena;
 mod bins;
 mod block;
+mod config;
 mod pool;
 mod quick;
 mod stream;
