@@ -15,8 +15,8 @@ pub struct PoolConfig {
     /// Mantissa bits of a size class (pyopencl's `leading_bits_in_bin_id`, default 4): a
     /// request is padded by less than `size * 2^-bits`.
     pub leading_bits_in_bin_id: u32,
-    /// Allocate with [`Allocator::allocate_immediate`] (memory exists on return; default)
-    /// rather than [`Allocator::allocate`].
+    /// Allocate with [`Allocator::allocate_immediate`](gpubuf_core::Allocator::allocate_immediate) (memory exists on return; default)
+    /// rather than [`Allocator::allocate`](gpubuf_core::Allocator::allocate).
     pub immediate: bool,
     /// Most bytes the pool may hold from its allocator.
     pub limit: Option<Limit>,
