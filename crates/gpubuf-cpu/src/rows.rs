@@ -45,7 +45,7 @@ macro_rules! word {
             #[inline(always)]
             fn neg(self, float: bool) -> Self {
                 if float {
-                    self ^ (1 << (<$t>::BITS - 1))
+                    self ^ (Self::SIGN as $t)
                 } else {
                     self.wrapping_neg()
                 }

@@ -44,11 +44,13 @@ pub fn alloc_size(bin: usize, bits: u32) -> usize {
 
 /// The size of the block that serves a request of `size` bytes: the bin's largest size,
 /// rounded up to [`GRANULE`] (for sizes of at least `GRANULE << bits` the rounding adds
-/// exactly one byte: the bin's bound is already one below a granule multiple).
+/// exactly one byte: the bin's bound is already one below a granule multiple). `None` when
+/// that size does not fit in a `usize` (requests within 256 bytes of `usize::MAX`, or
+/// whose bin reaches it).
 #[inline]
-pub fn block_size(size: usize, bits: u32) -> usize {
+pub fn block_size(size: usize, bits: u32) -> Option<usize> {
     let top = alloc_size(bin_number(size.max(1), bits), bits);
-    top.div_ceil(GRANULE).max(1) * GRANULE
+    top.checked_next_multiple_of(GRANULE)
 }
 
 #[cfg(test)]
@@ -62,7 +64,9 @@ mod tests {
         assert_eq!(alloc_size(bin_number(17, 4), 4), 17);
         assert_eq!(bin_number(100, 4), (6 << 4) | 9);
         assert_eq!(alloc_size(bin_number(100, 4), 4), 103);
-        assert_eq!(block_size(100, 4), 256);
-        assert_eq!(block_size(5000, 4), 5120);
+        assert_eq!(block_size(100, 4), Some(256));
+        assert_eq!(block_size(5000, 4), Some(5120));
+        assert_eq!(block_size(usize::MAX, 4), None);
+        assert_eq!(block_size(usize::MAX - 300, 4), None, "its bin reaches usize::MAX");
     }
 }

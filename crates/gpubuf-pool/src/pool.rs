@@ -32,6 +32,13 @@ impl<M> State<M> {
         self.window_peak[0] = self.window_peak[0].max(active);
     }
 
+    /// Counts a block handed out (a hit unless it came from a fresh segment).
+    #[inline]
+    pub(crate) fn note_taken(&mut self, hit: bool) {
+        self.hits += u64::from(hit);
+        self.peak_active = self.peak_active.max(self.arena.active_bytes);
+    }
+
     /// Advances the window after a free.
     pub(crate) fn note_active(&mut self) {
         self.window_frees += 1;
@@ -187,8 +194,7 @@ impl<A: Allocator> MemoryPool<A> {
         let hit = {
             let mut st = self.shared.state.lock();
             st.arena.take_quick(bin).map(|t| {
-                st.hits += 1;
-                st.peak_active = st.peak_active.max(st.arena.active_bytes);
+                st.note_taken(true);
                 (t, st.arena.mem_ptr(t.seg))
             })
         };
@@ -220,16 +226,26 @@ impl<A: Allocator> MemoryPool<A> {
     fn allocate_with(&self, bytes: usize, owner: Option<Box<Streams>>) -> Result<PooledBuffer<A>> {
         let cfg = &self.shared.config;
         let bits = cfg.leading_bits_in_bin_id;
-        let size = block_size(bytes, bits);
         let bin = bin_number(bytes.max(1), bits);
+        // A request whose block or segment size does not fit in a usize can never be met.
+        let sizes = block_size(bytes, bits).and_then(|size| {
+            let seg = if size > cfg.small_max {
+                size.checked_next_multiple_of(cfg.large_round)?
+            } else {
+                cfg.small_segment.max(size)
+            };
+            Some((size, seg))
+        });
+        let Some((size, seg_size)) = sizes else {
+            return Err(Error::OutOfMemory {
+                requested: bytes,
+                available: None,
+                pool: Some(Box::new(self.stats())),
+            });
+        };
         let large = size > cfg.small_max;
         let min_split = if large { cfg.small_max.max(GRANULE) } else { GRANULE };
         let tag = owner.as_ref().and_then(|s| s.owner.as_ref()).map(|o| o.id());
-        let seg_size = if large {
-            size.div_ceil(cfg.large_round) * cfg.large_round
-        } else {
-            cfg.small_segment.max(size)
-        };
         for _ in 0..8 {
             let freed;
             {
@@ -239,10 +255,11 @@ impl<A: Allocator> MemoryPool<A> {
                 }
                 st.misses += 1;
                 freed = match st.limit {
-                    Some(limit) if st.arena.managed + seg_size > limit => {
+                    Some(limit) if st.arena.managed.saturating_add(seg_size) > limit => {
                         st.arena.flush_quick();
-                        let f = st.arena.release_free_segments(|a| a.managed + seg_size > limit);
-                        if st.arena.managed + seg_size > limit {
+                        let f =
+                            st.arena.release_free_segments(|a| a.managed.saturating_add(seg_size) > limit);
+                        if st.arena.managed.saturating_add(seg_size) > limit {
                             let available = limit.saturating_sub(st.arena.active_bytes);
                             let stats = Box::new(stats_of(&st));
                             drop(st);
@@ -287,10 +304,7 @@ impl<A: Allocator> MemoryPool<A> {
             t = st.arena.take(size, bin, large, tag, min_split);
         }
         if t.is_some() {
-            if count_hit {
-                st.hits += 1;
-            }
-            st.peak_active = st.peak_active.max(st.arena.active_bytes);
+            st.note_taken(count_hit);
         }
         t
     }

@@ -79,6 +79,8 @@ fn padding_is_bounded<B: Kernels>(_b: &B) -> Result<()> {
             // test checks with <=, and for sizes where both sides are 0).
             prop_assert!(((top - size) as f64) < size as f64 / f64::from(1u32 << bits), "{} {}", size, top);
             let block = block_size(size, bits);
+            prop_assert!(block.is_some(), "no block size for {} bytes", size);
+            let block = block.unwrap_or_default();
             prop_assert!(block >= size && block % GRANULE == 0);
             if size >= GRANULE << bits {
                 prop_assert!(block - size <= size >> bits, "block {} for {}", block, size);
@@ -275,6 +277,24 @@ fn held_memory_is_bounded<B: Kernels>(b: &B) -> Result<()> {
     Ok(())
 }
 
+/// Requests no memory can meet (block sizes near or past `usize::MAX`, or far beyond the
+/// device) are `OutOfMemory` errors naming the request, not panics or wrapped sizes, and
+/// leave the pool as it was.
+fn huge_requests_are_out_of_memory<B: Kernels>(b: &B) -> Result<()> {
+    let pool = MemoryPool::new(ImmediateAllocator(b.clone()));
+    let keep = pool.allocate(1000)?;
+    for bytes in [usize::MAX, usize::MAX - 255, usize::MAX / 2 + 1, 1 << 62, (1 << 60) + 12345] {
+        match pool.allocate(bytes) {
+            Err(Error::OutOfMemory { requested, .. }) => assert_eq!(requested, bytes),
+            other => panic!("{bytes} bytes: expected OutOfMemory, got {other:?}"),
+        }
+    }
+    assert_eq!(block_size(usize::MAX, 4), None);
+    let st = pool.stats();
+    assert_eq!((st.active_blocks, st.active_bytes), (1, keep.block_size()));
+    Ok(())
+}
+
 /// Immediate and deferred allocators both serve the pool; the pool uses the immediate
 /// path unless configured otherwise.
 fn immediate_and_deferred<B: Kernels>(b: &B) -> Result<()> {
@@ -290,6 +310,10 @@ fn immediate_and_deferred<B: Kernels>(b: &B) -> Result<()> {
     b.read(b.default_stream(), x.memory(), x.offset(), &mut back)?;
     assert!(back.iter().all(|&v| v == 2));
     assert_eq!(d.allocate(0)?.len(), 0, "allocate(0) is valid");
+    let y = d.allocate(4096)?;
+    let (held, active) = (d.held_blocks(), d.active_blocks());
+    y.release();
+    assert_eq!((d.held_blocks(), d.active_blocks()), (held + 1, active - 1), "release() returns the block");
     Ok(())
 }
 
@@ -382,6 +406,7 @@ backend_tests!(
     limit_is_enforced,
     stop_holding_returns_memory,
     held_memory_is_bounded,
+    huge_requests_are_out_of_memory,
     immediate_and_deferred,
     threads_never_share_a_block,
     stream_ordered_reuse,
