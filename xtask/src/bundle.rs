@@ -1,7 +1,8 @@
 //! `cargo xtask gpu-bundle`: test and bench binaries built with CUDA, in one folder to
 //! copy to a machine with a GPU (it needs the NVIDIA driver and NVRTC, not Rust).
 
-use crate::sh::{capture, run_ok};
+use crate::artifacts::build_executable;
+use crate::sh::capture;
 use std::path::Path;
 use std::process::Command;
 
@@ -9,7 +10,7 @@ const RUN_SH: &str = r#"#!/usr/bin/env bash
 # Runs every gpubuf test binary on the CUDA backend, then the copy benchmark.
 # Needs the NVIDIA driver and NVRTC (libnvrtc.so.12: the CUDA toolkit, or
 # `pip install nvidia-cuda-nvrtc-cu12` with its lib folder on LD_LIBRARY_PATH).
-set -u
+set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
   [ -d "$d" ] && export LD_LIBRARY_PATH="$d:${LD_LIBRARY_PATH:-}"
@@ -64,19 +65,15 @@ pub fn build() -> bool {
             }
         }
     }
-    if !run_ok(Command::new("cargo").args([
-        "build",
-        "--profile",
-        "gpu",
-        "-p",
-        "gpubuf-cli",
-        "--features",
-        "cuda,opencl",
-    ])) {
+    let Some(cli) = build_executable(
+        &["build", "--profile", "gpu", "-p", "gpubuf-cli", "--features", "cuda,opencl"],
+        "gpubuf",
+    ) else {
+        eprintln!("xtask: building the gpubuf binary failed");
         return false;
-    }
-    let ok = std::fs::copy("target/gpu/gpubuf", dir.join("gpubuf")).is_ok()
-        && std::fs::write(dir.join("run.sh"), RUN_SH).is_ok();
+    };
+    let ok =
+        std::fs::copy(&cli, dir.join("gpubuf")).is_ok() && std::fs::write(dir.join("run.sh"), RUN_SH).is_ok();
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;

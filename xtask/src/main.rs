@@ -2,14 +2,20 @@
 //!
 //! * `test-all`: install missing system packages, then fmt check, clippy `-D warnings`,
 //!   docs with warnings denied, and the tests of every backend that can run here; prints
-//!   one line per backend (`backend <name>: ran N tests | skipped (<reason>)`). Under
-//!   `CI=true` a skipped CPU or OpenCL backend fails the run.
+//!   one line per backend (`backend <name>: ran N tests | skipped (<reason>)`), then the
+//!   hostile-input suites in release, Miri over the CPU crates, the MPI tests and demo, and
+//!   the examples. The closing `N passed, M failed` line counts every failed test and step.
+//!   Under `CI=true` a skipped CPU or OpenCL backend fails the run.
 //! * `install-deps`: only the installing.
 //! * `gpu-bundle`: builds the test and bench binaries with CUDA into `gpu-bundle/`.
 
+mod artifacts;
 mod bundle;
 mod deps;
+mod miri;
+mod mpi;
 mod sh;
+mod summary;
 mod tests;
 
 use std::process::ExitCode;

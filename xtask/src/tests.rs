@@ -2,15 +2,13 @@
 
 use crate::deps;
 use crate::sh::{capture, run_ok, run_tee};
+use crate::summary::{count, Tally};
+use crate::{miri, mpi};
 use std::collections::BTreeMap;
 use std::process::Command;
 
 /// Whether each backend can run here, from `gpubuf info --json`.
-struct Probe {
-    available: BTreeMap<String, Result<String, String>>,
-}
-
-fn probe() -> Probe {
+fn probe() -> BTreeMap<&'static str, Result<String, String>> {
     let mut available = BTreeMap::new();
     let out = capture(Command::new("cargo").args([
         "run",
@@ -33,73 +31,54 @@ fn probe() -> Probe {
             Some(v) => Err(v["reason"].as_str().unwrap_or("unavailable").to_string()),
             None => Err("gpubuf info did not report it".to_string()),
         };
-        available.insert(name.to_string(), status);
+        available.insert(name, status);
     }
-    Probe { available }
+    available
 }
 
-/// Counts `test NAME ... ok` lines per backend: names ending in `::opencl` / `::cuda`
-/// are that backend's; everything else (CPU bodies, unit, doc and cross-backend tests)
-/// counts for the CPU.
-fn count(lines: &[String]) -> (BTreeMap<&'static str, usize>, usize, usize) {
-    let mut per = BTreeMap::from([("cpu", 0), ("opencl", 0), ("cuda", 0)]);
-    let (mut passed, mut failed) = (0, 0);
-    for l in lines {
-        let Some(rest) = l.strip_prefix("test ") else { continue };
-        let Some((name, result)) = rest.rsplit_once(" ... ") else { continue };
-        match result.trim() {
-            "ok" => {
-                passed += 1;
-                let key = if name.ends_with("::opencl") {
-                    "opencl"
-                } else if name.ends_with("::cuda") {
-                    "cuda"
-                } else {
-                    "cpu"
-                };
-                *per.entry(key).or_default() += 1;
-            }
-            r if r.starts_with("FAILED") => failed += 1,
-            _ => {}
-        }
-    }
-    (per, passed, failed)
-}
+/// The test features: every backend compiled in; those that cannot run are skipped.
+const FEATURES: &str = "gpubuf-testkit/opencl,gpubuf-testkit/cuda,gpubuf-cli/opencl,gpubuf-cli/cuda";
 
-/// Runs everything; true when it all passed.
+/// Runs everything; true when it all passed. The closing line counts every failed test
+/// and every failed step (fmt, clippy, docs, a test binary that did not build or crashed,
+/// MPI, the demo, the examples, Miri, a backend CI needs that was skipped).
 pub fn test_all() -> bool {
     let ci = std::env::var("CI").map(|v| v == "true" || v == "1").unwrap_or(false);
-    let problems = deps::install();
-    for p in &problems {
+    let mut tally = Tally::default();
+    for p in deps::install() {
         eprintln!("xtask: {p}");
+        if ci {
+            tally.fail(format!("install-deps: FAILED ({p})"));
+        }
     }
-    let mut ok = true;
-    ok &= run_ok(Command::new("cargo").args(["fmt", "--all", "--", "--check"]));
-    ok &= run_ok(Command::new("cargo").args([
+    tally.step("fmt", run_ok(Command::new("cargo").args(["fmt", "--all", "--", "--check"])));
+    tally.step(
         "clippy",
-        "--workspace",
-        "--all-targets",
-        "--all-features",
-        "--",
-        "-D",
-        "warnings",
-    ]));
-    ok &= run_ok(
-        Command::new("cargo")
-            .args(["doc", "--no-deps", "--workspace", "--all-features"])
-            .env("RUSTDOCFLAGS", "-Dwarnings"),
+        run_ok(Command::new("cargo").args([
+            "clippy",
+            "--workspace",
+            "--all-targets",
+            "--all-features",
+            "--",
+            "-D",
+            "warnings",
+        ])),
     );
-    if !ok {
-        eprintln!("xtask: fmt, clippy or doc failed");
-        return false;
-    }
+    tally.step(
+        "doc",
+        run_ok(
+            Command::new("cargo")
+                .args(["doc", "--no-deps", "--workspace", "--all-features"])
+                .env("RUSTDOCFLAGS", "-Dwarnings"),
+        ),
+    );
 
     let probe = probe();
     let nvrtc = deps::nvrtc_dir();
     let mut require = vec!["cpu".to_string()];
     let mut skip = Vec::new();
     for name in ["opencl", "cuda"] {
-        match &probe.available[name] {
+        match &probe[name] {
             Ok(_) => require.push(name.to_string()),
             Err(_) => skip.push(format!("::{name}")),
         }
@@ -107,38 +86,56 @@ pub fn test_all() -> bool {
     if nvrtc.is_some() {
         require.push("nvrtc".into());
     }
+    let env = |cmd: &mut Command| {
+        cmd.env("GPUBUF_REQUIRE", require.join(","));
+        if let Some(dir) = &nvrtc {
+            let old = std::env::var("LD_LIBRARY_PATH").unwrap_or_default();
+            cmd.env("LD_LIBRARY_PATH", format!("{}:{old}", dir.display()));
+        }
+    };
+    let mut cmd = Command::new("cargo");
+    cmd.args(["test", "--workspace", "--features", FEATURES, "--"]);
+    for s in &skip {
+        cmd.args(["--skip", s]);
+    }
+    env(&mut cmd);
+    let (test_lines, tests_ok) = run_tee(&mut cmd);
+    let counts = count(&test_lines);
+    tally.tests("cargo test", &counts, tests_ok);
+
+    // The hostile-input suites again in release, where overflow wraps instead of panicking.
     let mut cmd = Command::new("cargo");
     cmd.args([
         "test",
-        "--workspace",
+        "--release",
+        "-p",
+        "gpubuf-testkit",
         "--features",
-        "gpubuf-testkit/opencl,gpubuf-testkit/cuda,gpubuf-cli/opencl,gpubuf-cli/cuda",
+        "opencl,cuda",
+        "--test",
+        "hostile_*",
         "--",
     ]);
     for s in &skip {
         cmd.args(["--skip", s]);
     }
-    cmd.env("GPUBUF_REQUIRE", require.join(","));
-    if let Some(dir) = &nvrtc {
-        let old = std::env::var("LD_LIBRARY_PATH").unwrap_or_default();
-        cmd.env("LD_LIBRARY_PATH", format!("{}:{old}", dir.display()));
-    }
-    let (lines, tests_ok) = run_tee(&mut cmd);
+    env(&mut cmd);
+    let (lines, ok) = run_tee(&mut cmd);
+    let hostile = count(&lines);
+    tally.tests("hostile (release)", &hostile, ok);
+    tally.note(format!("hostile inputs (release): {} passed, {} failed", hostile.passed, hostile.failed));
 
-    // Halo exchange across ranks: the MPI test binary under mpirun, 4 and 6 ranks.
-    let mpi = run_mpi_tests();
+    miri::run(&mut tally);
+    mpi::run(&mut tally);
 
     // The examples must run as written, on every backend that can run here.
-    let mut examples_ok = run_ok(Command::new("cargo").args([
-        "run",
-        "--quiet",
-        "-p",
-        "gpubuf-examples",
-        "--example",
-        "batch_frames",
-    ]));
-    if probe.available["opencl"].is_ok() {
-        examples_ok &= run_ok(Command::new("cargo").args([
+    let mut backends = vec!["cpu"];
+    if probe["opencl"].is_ok() {
+        backends.push("opencl");
+    }
+    for b in backends {
+        let mut cmd = Command::new("cargo");
+        cmd.args([
             "run",
             "--quiet",
             "-p",
@@ -147,133 +144,34 @@ pub fn test_all() -> bool {
             "opencl",
             "--example",
             "batch_frames",
-            "--",
-            "opencl",
-        ]));
+        ]);
+        cmd.args(["--", b]);
+        tally.step(&format!("example batch_frames on {b}"), run_ok(&mut cmd));
     }
-    let (per, passed, failed) = count(&lines);
-    let ptx = lines.iter().any(|l| l.starts_with("test cuda_kernels_compile_to_ptx ... ok"));
 
+    let ptx = test_lines.iter().any(|l| l.starts_with("test cuda_kernels_compile_to_ptx ... ok"));
     println!();
     println!("== gpubuf test-all summary ==");
-    let mut backend_ok = true;
     for name in ["cpu", "opencl", "cuda"] {
-        match &probe.available[name] {
-            Ok(device) if per[name] > 0 => println!("backend {name}: ran {} tests (on {device})", per[name]),
-            Ok(device) => {
-                println!("backend {name}: ran 0 tests (on {device})");
-                backend_ok &= name == "cuda";
+        let ran = counts.per[name];
+        match &probe[name] {
+            Ok(device) if ran > 0 => println!("backend {name}: ran {ran} tests (on {device})"),
+            Ok(device) if name == "cuda" => println!("backend {name}: ran 0 tests (on {device})"),
+            Ok(device) => tally.fail(format!("backend {name}: FAILED (ran 0 tests on {device})")),
+            Err(reason) if ci && name != "cuda" => {
+                tally.fail(format!("backend {name}: FAILED (skipped under CI=true: {reason})"))
             }
-            Err(reason) => {
-                println!("backend {name}: skipped ({reason})");
-                if ci && name != "cuda" {
-                    eprintln!("xtask: CI=true and the {name} backend was skipped");
-                    backend_ok = false;
-                }
-            }
+            Err(reason) => println!("backend {name}: skipped ({reason})"),
         }
     }
-    match (&nvrtc, ptx) {
-        (Some(_), true) => println!("cuda kernels: compiled to PTX by NVRTC"),
-        (Some(_), false) => {
-            println!("cuda kernels: NVRTC present but the PTX test did not pass");
-            backend_ok = false;
-        }
-        (None, _) => println!("cuda kernels: not compiled (NVRTC missing: pip install {})", deps::NVRTC_PIP),
+    match &nvrtc {
+        Some(_) if ptx => println!("cuda kernels: compiled to PTX by NVRTC"),
+        Some(_) => tally.fail("cuda kernels: FAILED (NVRTC present but the PTX test did not pass)".into()),
+        None => println!("cuda kernels: not compiled (NVRTC missing: pip install {})", deps::NVRTC_PIP),
     }
-    match &mpi {
-        Ok((p, f)) => println!("mpi: mpirun -n 4 and -n 6 ran, {p} passed, {f} failed"),
-        Err(reason) => println!("mpi: FAILED ({reason})"),
+    for l in &tally.lines {
+        println!("{l}");
     }
-    println!("examples: {}", if examples_ok { "ran" } else { "FAILED" });
-    println!("{passed} passed, {failed} failed");
-    let mpi_ok = matches!(mpi, Ok((_, 0)));
-    tests_ok && examples_ok && mpi_ok && backend_ok && failed == 0 && (problems.is_empty() || !ci)
-}
-
-/// Builds the MPI test binary and runs it under `mpirun -n 4` and `-n 6`; returns the
-/// passed and failed counts rank 0 printed.
-fn run_mpi_tests() -> Result<(usize, usize), String> {
-    let json = capture(Command::new("cargo").args([
-        "test",
-        "--no-run",
-        "-p",
-        "gpubuf-mpi",
-        "--test",
-        "mpi_halo",
-        "--message-format=json",
-    ]))
-    .ok_or("building the MPI tests failed")?;
-    let exe = json
-        .lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .filter(|v| v["reason"] == "compiler-artifact" && v["target"]["name"] == "mpi_halo")
-        .filter_map(|v| v["executable"].as_str().map(String::from))
-        .next_back()
-        .ok_or("no mpi_halo test binary")?;
-    let root = Command::new("id")
-        .arg("-u")
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
-        .unwrap_or(false);
-    let (mut passed, mut failed) = (0, 0);
-    for n in ["4", "6"] {
-        let mut cmd = Command::new("mpirun");
-        if root {
-            cmd.arg("--allow-run-as-root");
-        }
-        cmd.args(["--oversubscribe", "-n", n, &exe]);
-        let (lines, ok) = run_tee(&mut cmd);
-        let summary = lines.iter().rev().find_map(|l| {
-            let (p, rest) = l.split_once(" passed, ")?;
-            let f = rest.strip_suffix(" failed")?;
-            Some((p.trim().parse::<usize>().ok()?, f.trim().parse::<usize>().ok()?))
-        });
-        match summary {
-            Some((p, f)) => {
-                passed += p;
-                failed += f;
-            }
-            None => return Err(format!("mpirun -n {n} printed no summary")),
-        }
-        if !ok {
-            failed = failed.max(1);
-        }
-    }
-    // The demo: the same checksum with 1 and 4 ranks.
-    if !run_ok(Command::new("cargo").args(["build", "--quiet", "-p", "gpubuf-cli", "--features", "mpi"])) {
-        return Err("building the demo with MPI failed".into());
-    }
-    let demo = |n: &str| -> Option<String> {
-        let mut cmd = Command::new("mpirun");
-        if root {
-            cmd.arg("--allow-run-as-root");
-        }
-        cmd.args([
-            "--oversubscribe",
-            "-n",
-            n,
-            "target/debug/gpubuf",
-            "demo",
-            "--size",
-            "64",
-            "--steps",
-            "40",
-            "--out",
-        ]);
-        cmd.arg(std::env::temp_dir().join(format!("gpubuf-demo-{n}.svg")));
-        let (lines, ok) = run_tee(&mut cmd);
-        ok.then(|| lines.iter().find_map(|l| l.strip_prefix("checksum ").map(String::from))).flatten()
-    };
-    match (demo("1"), demo("4")) {
-        (Some(a), Some(b)) if a == b => {
-            println!("demo: 1 rank and 4 ranks agree ({a})");
-            passed += 1;
-        }
-        (a, b) => {
-            println!("demo: checksums differ or missing: 1 rank {a:?}, 4 ranks {b:?}");
-            failed += 1;
-        }
-    }
-    Ok((passed, failed))
+    println!("{} passed, {} failed", tally.passed, tally.failed);
+    tally.failed == 0
 }

@@ -1,0 +1,85 @@
+//! The MPI part of `cargo xtask test-all`: the halo tests under `mpirun -n 4` and `-n 6`,
+//! and the demo's checksum with 1 and 4 ranks.
+
+use crate::artifacts::build_executable;
+use crate::sh::run_tee;
+use crate::summary::Tally;
+use std::process::Command;
+
+fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+        .unwrap_or(false)
+}
+
+fn mpirun(n: &str) -> Command {
+    let mut cmd = Command::new("mpirun");
+    if is_root() {
+        cmd.arg("--allow-run-as-root");
+    }
+    cmd.args(["--oversubscribe", "-n", n]);
+    cmd
+}
+
+/// Reads the `N passed, M failed` line rank 0 printed.
+fn summary(lines: &[String]) -> Option<(usize, usize)> {
+    lines.iter().rev().find_map(|l| {
+        let (p, rest) = l.split_once(" passed, ")?;
+        let f = rest.strip_suffix(" failed")?;
+        Some((p.trim().parse::<usize>().ok()?, f.trim().parse::<usize>().ok()?))
+    })
+}
+
+/// Builds and runs the MPI tests and the MPI demo; adds everything to `tally`.
+pub fn run(tally: &mut Tally) {
+    let exe = build_executable(&["test", "--no-run", "-p", "gpubuf-mpi", "--test", "mpi_halo"], "mpi_halo");
+    match exe {
+        None => tally.fail("mpi: FAILED (building the MPI tests failed)".into()),
+        Some(exe) => {
+            let (mut passed, mut failed) = (0, 0);
+            for n in ["4", "6"] {
+                let (lines, ok) = run_tee(mpirun(n).arg(&exe));
+                match summary(&lines) {
+                    Some((p, f)) => {
+                        passed += p;
+                        failed += f;
+                        if !ok && f == 0 {
+                            failed += 1;
+                        }
+                    }
+                    None => failed += 1,
+                }
+            }
+            tally.passed += passed;
+            tally.failed += failed;
+            tally.note(format!("mpi: mpirun -n 4 and -n 6 ran, {passed} passed, {failed} failed"));
+        }
+    }
+    demo(tally);
+}
+
+/// The demo: the same checksum with 1 and 4 ranks.
+fn demo(tally: &mut Tally) {
+    let Some(bin) = build_executable(&["build", "-p", "gpubuf-cli", "--features", "mpi"], "gpubuf") else {
+        tally.fail("demo: FAILED (building the demo with MPI failed)".into());
+        return;
+    };
+    let checksum = |n: &str| -> Option<String> {
+        let out = std::env::temp_dir().join(format!("gpubuf-demo-{n}.svg"));
+        let mut cmd = mpirun(n);
+        cmd.arg(&bin).args(["demo", "--size", "64", "--steps", "40", "--out"]).arg(&out);
+        let (lines, ok) = run_tee(&mut cmd);
+        ok.then(|| lines.iter().find_map(|l| l.strip_prefix("checksum ").map(String::from))).flatten()
+    };
+    match (checksum("1"), checksum("4")) {
+        (Some(a), Some(b)) if a == b => {
+            tally.passed += 1;
+            tally.note(format!("demo: 1 rank and 4 ranks agree ({a})"));
+        }
+        (a, b) => {
+            tally.fail(format!("demo: FAILED (checksums differ or missing: 1 rank {a:?}, 4 ranks {b:?})"))
+        }
+    }
+}
