@@ -20,6 +20,7 @@
 //! `cargo xtask test-all` sets it for every backend it reports as run.
 
 pub mod exec;
+pub mod gated;
 pub mod reference;
 pub mod strategies;
 
@@ -28,6 +29,13 @@ use gpubuf::cpu::CpuBackend;
 use gpubuf::Error;
 use gpubuf::{BackendKind, Result};
 use std::sync::OnceLock;
+
+/// Writes a line to the process's stderr directly, past libtest's output capture, so a
+/// skip is visible in a passing run.
+pub fn say(line: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr().lock(), "{line}");
+}
 
 /// Whether `kind` must be available (listed in `GPUBUF_REQUIRE`).
 pub fn required(kind: BackendKind) -> bool {
@@ -43,7 +51,7 @@ fn available<B: Clone>(kind: BackendKind, opened: &std::result::Result<B, Error>
         Ok(b) => Some(b.clone()),
         Err(e) if required(kind) => panic!("{kind} is required (GPUBUF_REQUIRE) but unavailable: {e}"),
         Err(e) => {
-            eprintln!("{kind} skipped: {e}");
+            say(&format!("{kind} skipped: {e}"));
             None
         }
     }
@@ -159,6 +167,47 @@ pub trait EachBackend {
     /// # Errors
     /// What the body returns.
     fn run<B: gpubuf::Kernels>(&self, b: &B) -> Result<Self::Output>;
+}
+
+/// The backends that can run here, CPU first.
+pub fn available_backends() -> Vec<BackendKind> {
+    #[allow(unused_mut)]
+    let mut out = vec![BackendKind::Cpu];
+    #[cfg(feature = "opencl")]
+    if opencl().is_some() {
+        out.push(BackendKind::OpenCl);
+    }
+    #[cfg(feature = "cuda")]
+    if cuda().is_some() {
+        out.push(BackendKind::Cuda);
+    }
+    out
+}
+
+/// Whether a cross-backend comparison can run: at least two backends are available. With
+/// fewer it says on stderr that the test was skipped (once per test binary) and returns
+/// false; when `GPUBUF_REQUIRE` is set it panics instead, so a run that promised backends
+/// cannot pass by comparing one backend with itself.
+///
+/// # Panics
+/// When fewer than two backends run and `GPUBUF_REQUIRE` is set.
+pub fn cross_backend_ready() -> bool {
+    static SAID: std::sync::Once = std::sync::Once::new();
+    let kinds = available_backends();
+    if kinds.len() >= 2 {
+        return true;
+    }
+    let names: Vec<&str> = kinds.iter().map(|k| k.name()).collect();
+    let required = std::env::var("GPUBUF_REQUIRE").map(|v| !v.trim().is_empty()).unwrap_or(false);
+    if required {
+        panic!("cross-backend test with only {names:?} (GPUBUF_REQUIRE is set): build with the opencl or cuda feature on a machine that runs it");
+    }
+    SAID.call_once(|| {
+        say(&format!(
+            "cross-backend tests skipped: only {names:?} can run (enable the opencl or cuda feature)"
+        ))
+    });
+    false
 }
 
 /// Runs `body` on every available backend; returns `(backend, output)` pairs, CPU first.

@@ -12,12 +12,35 @@ fn is_unavailable(e: &Error) -> bool {
 #[test]
 fn constructors_give_errors_without_a_gpu() {
     match driver_available() {
-        Ok(()) => eprintln!("a CUDA driver is present; the GPU tests cover it"),
+        Ok(()) => {
+            // With a driver: the listing works without panicking, and ordinals past the
+            // last device are typed errors, not driver panics or wrapped indices.
+            let list = devices().expect("devices() with a driver present");
+            for ordinal in [list.len(), list.len() + 1, i32::MAX as usize, usize::MAX] {
+                match CudaBackend::with_ordinal(ordinal) {
+                    Ok(_) => panic!("ordinal {ordinal} of {} devices opened", list.len()),
+                    Err(e) => assert!(
+                        matches!(
+                            e,
+                            Error::BackendUnavailable { .. }
+                                | Error::InvalidArgument(_)
+                                | Error::Driver { .. }
+                        ),
+                        "{e}"
+                    ),
+                }
+            }
+            for d in &list {
+                assert_eq!(d.backend, BackendKind::Cuda);
+                assert!(d.total_memory > 0 && !d.name.is_empty(), "{d:?}");
+            }
+        }
         Err(e) => {
             assert!(is_unavailable(&e), "{e}");
             assert!(is_unavailable(&CudaBackend::new().unwrap_err()));
             assert!(is_unavailable(&CudaBackend::with_ordinal(0).unwrap_err()));
             assert!(is_unavailable(&CudaBackend::with_ordinal(7).unwrap_err()));
+            assert!(is_unavailable(&CudaBackend::with_ordinal(usize::MAX).unwrap_err()));
             assert!(is_unavailable(&devices().unwrap_err()));
             let via_umbrella = gpubuf::devices(BackendKind::Cuda).unwrap_err();
             assert!(is_unavailable(&via_umbrella));
