@@ -179,8 +179,9 @@ impl<'a, M: DeviceMemory> MemRef<'a, M> {
         self.memory.id() == other.memory.id()
             && self.len > 0
             && other.len > 0
-            && self.offset < other.offset + other.len
-            && other.offset < self.offset + self.len
+            // In u128: a range built field by field may end past usize::MAX.
+            && (self.offset as u128) < other.offset as u128 + other.len as u128
+            && (other.offset as u128) < self.offset as u128 + self.len as u128
     }
 }
 
@@ -344,27 +345,13 @@ pub fn check_plan_args<M: DeviceMemory>(
         )));
     }
     buffer.check()?;
-    if buffer.len < plan.buffer_len() * size {
-        return Err(Error::OutOfBounds {
-            what: "plan buffer (bytes)".into(),
-            start: 0,
-            end: plan.buffer_len() * size,
-            len: buffer.len,
-        });
-    }
+    check_bytes("plan buffer", plan.buffer_len(), size, &buffer)?;
     if buffer.offset % size != 0 {
         return Err(Error::invalid(format!("buffer offset {} not a multiple of {size}", buffer.offset)));
     }
     for (i, (a, &n)) in arrays.iter().zip(plan.source_lens()).enumerate() {
         a.check()?;
-        if a.len < n * size {
-            return Err(Error::OutOfBounds {
-                what: format!("plan source {i} (bytes)"),
-                start: 0,
-                end: n * size,
-                len: a.len,
-            });
-        }
+        check_bytes(&format!("plan source {i}"), n, size, a)?;
         if a.offset % size != 0 {
             return Err(Error::invalid(format!("source {i} offset {} not a multiple of {size}", a.offset)));
         }
@@ -373,6 +360,23 @@ pub fn check_plan_args<M: DeviceMemory>(
         }
     }
     Ok(())
+}
+
+/// Checks that `range` holds `elements` elements of `size` bytes. A byte count past
+/// `usize::MAX` is reported as a range ending at `usize::MAX` (no range is that long).
+fn check_bytes<M>(what: &str, elements: usize, size: usize, range: &MemRef<'_, M>) -> Result<()> {
+    match elements.checked_mul(size) {
+        Some(bytes) if bytes <= range.len => Ok(()),
+        bytes => Err(Error::OutOfBounds {
+            what: match bytes {
+                Some(_) => format!("{what} (bytes)"),
+                None => format!("{what} (bytes: {elements} elements of {size} bytes overflow usize)"),
+            },
+            start: 0,
+            end: bytes.unwrap_or(usize::MAX),
+            len: range.len,
+        }),
+    }
 }
 
 /// Checks a fill pattern against the range it fills.

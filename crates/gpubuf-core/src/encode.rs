@@ -25,24 +25,33 @@ pub struct EncodedPlan {
 impl EncodedPlan {
     /// Number of encoded (non-empty) segments.
     pub fn nseg(&self) -> usize {
-        self.starts.len() - 1
+        self.starts.len().saturating_sub(1)
     }
+}
+
+/// One count or index as a device word. Exact for every number of a valid plan: a
+/// [`CopyPlan`] keeps lengths, offsets and extents at most `isize::MAX` (= `i64::MAX` on
+/// 64-bit hosts; smaller elsewhere), and source indices of fewer sources than elements.
+fn word(v: usize) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
 }
 
 /// Flattens `plan`, dropping empty segments.
 pub fn encode(plan: &CopyPlan) -> EncodedPlan {
-    let mut segments = Vec::with_capacity(plan.segments().len() * SEG_WORDS);
+    let mut segments = Vec::with_capacity(plan.segments().len().saturating_mul(SEG_WORDS));
     let mut starts = vec![0i64];
     let mut total = 0usize;
     for s in plan.segments().iter().filter(|s| !s.is_empty()) {
-        segments.push(s.source as i64);
-        segments.push(s.offset as i64);
-        segments.extend(s.extents.iter().map(|&e| e as i64));
+        segments.push(word(s.source));
+        segments.push(word(s.offset));
+        segments.extend(s.extents.iter().map(|&e| word(e)));
+        // isize -> i64 is lossless on every target Rust supports (pointers of at most 64 bits).
         segments.extend(s.strides.iter().map(|&e| e as i64));
-        segments.push(s.dst_offset as i64);
+        segments.push(word(s.dst_offset));
         segments.push(i64::from(s.negate));
-        total += s.len();
-        starts.push(total as i64);
+        // Buffer ranges are disjoint and inside the buffer: the sum stays <= buffer_len.
+        total = total.saturating_add(s.len());
+        starts.push(word(total));
     }
     EncodedPlan { segments, starts, total }
 }

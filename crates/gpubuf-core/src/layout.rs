@@ -26,9 +26,10 @@ impl Layout {
     /// A contiguous layout of `shape` in `order`, starting at offset 0.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] when the element count overflows `usize`.
+    /// [`Error::InvalidArgument`] when the element count, or the product of the non-zero
+    /// extents (which the strides of an empty array still need), exceeds `isize::MAX`.
     pub fn contiguous(shape: &[usize], order: Order) -> Result<Self> {
-        checked_size(shape)?;
+        check_extents(shape)?;
         let mut strides = vec![0isize; shape.len()];
         let mut acc = 1isize;
         let axes: Vec<usize> = match order {
@@ -37,16 +38,24 @@ impl Layout {
         };
         for ax in axes {
             strides[ax] = acc;
-            acc = acc.saturating_mul(shape[ax].max(1) as isize);
+            // Never fails: `check_extents` bounded the product of every `max(1)` extent.
+            acc = isize::try_from(shape[ax].max(1))
+                .ok()
+                .and_then(|n| acc.checked_mul(n))
+                .ok_or_else(|| too_big(shape))?;
         }
         Ok(Layout { shape: shape.to_vec(), strides, offset: 0 })
     }
 
-    /// A layout from explicit parts; checked only for matching lengths. Use
-    /// [`Layout::check_fits`] to check it against a storage length.
+    /// A layout from explicit parts. Every element it addresses must have a storage index
+    /// in `0..=isize::MAX` (so index arithmetic never wraps); use [`Layout::check_fits`] to
+    /// check it against a storage length. An empty view addresses nothing: its strides and
+    /// offset are not checked.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] when `shape` and `strides` differ in length or the size overflows.
+    /// [`Error::InvalidArgument`] when `shape` and `strides` differ in length, the size (or
+    /// the product of the non-zero extents) exceeds `isize::MAX`, or an element's index
+    /// falls outside `0..=isize::MAX`.
     pub fn new(shape: Vec<usize>, strides: Vec<isize>, offset: usize) -> Result<Self> {
         if shape.len() != strides.len() {
             return Err(Error::invalid(format!(
@@ -55,8 +64,17 @@ impl Layout {
                 strides.len()
             )));
         }
-        checked_size(&shape)?;
-        Ok(Layout { shape, strides, offset })
+        check_extents(&shape)?;
+        let l = Layout { shape, strides, offset };
+        if let Some((lo, hi)) = l.bounds()? {
+            if lo < 0 || hi > isize::MAX as i128 {
+                return Err(Error::invalid(format!(
+                    "view addresses storage elements {lo}..={hi}, outside 0..={}",
+                    isize::MAX
+                )));
+            }
+        }
+        Ok(l)
     }
 
     /// The extents of each axis.
@@ -81,39 +99,52 @@ impl Layout {
 
     /// Number of elements (1 for a 0-d array).
     pub fn size(&self) -> usize {
-        self.shape.iter().product()
+        // Every constructor bounds the product by isize::MAX, so this never saturates.
+        self.shape.iter().fold(1usize, |a, &n| a.saturating_mul(n))
     }
 
-    /// The half-open range of storage elements the view can touch, or `None` when it is empty.
-    /// Fails only on arithmetic overflow.
+    /// The lowest and highest storage index the view addresses (inclusive), in `i128`, or
+    /// `None` when it is empty.
     ///
-    /// # Errors
-    /// [`Error::InvalidArgument`] when the view reaches below element 0 of its storage.
-    pub fn span(&self) -> Result<Option<Range<usize>>> {
+    /// Cannot overflow `i128` for a layout whose size fits `isize` (every constructor
+    /// checks that): each axis reaches at most `(n - 1) * 2^63` and the `n - 1` sum to at
+    /// most the size; the arithmetic is checked all the same.
+    fn bounds(&self) -> Result<Option<(i128, i128)>> {
         if self.size() == 0 {
             return Ok(None);
         }
-        let mut lo = self.offset as i128;
-        let mut hi = self.offset as i128;
+        let overflow = || Error::invalid("view span overflows");
+        let (mut lo, mut hi) = (self.offset as i128, self.offset as i128);
         for (&n, &s) in self.shape.iter().zip(&self.strides) {
-            let reach = (n as i128 - 1) * s as i128;
+            let reach = (n as i128 - 1).checked_mul(s as i128).ok_or_else(overflow)?;
             if reach < 0 {
-                lo += reach;
+                lo = lo.checked_add(reach).ok_or_else(overflow)?;
             } else {
-                hi += reach;
+                hi = hi.checked_add(reach).ok_or_else(overflow)?;
             }
         }
+        Ok(Some((lo, hi)))
+    }
+
+    /// The half-open range of storage elements the view can touch, or `None` when it is empty.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when the view reaches below element 0 of its storage or
+    /// past `usize::MAX` (possible only after [`Layout::with_offset`]).
+    pub fn span(&self) -> Result<Option<Range<usize>>> {
+        let Some((lo, hi)) = self.bounds()? else { return Ok(None) };
         if lo < 0 {
             return Err(Error::invalid(format!("view reaches element {lo}, below its storage")));
         }
+        let lo = usize::try_from(lo).map_err(|_| Error::invalid("view span overflows"))?;
         let hi = usize::try_from(hi + 1).map_err(|_| Error::invalid("view span overflows"))?;
-        Ok(Some(lo as usize..hi))
+        Ok(Some(lo..hi))
     }
 
     /// Checks that every element of the view lies inside a storage of `len` elements.
     ///
     /// # Errors
-    /// [`Error::OutOfBounds`] when it does not.
+    /// [`Error::OutOfBounds`] when it does not; [`Error::InvalidArgument`] as [`Layout::span`].
     pub fn check_fits(&self, len: usize) -> Result<()> {
         if let Some(r) = self.span()? {
             if r.end > len {
@@ -148,7 +179,11 @@ impl Layout {
             if self.shape[ax] != 1 && self.strides[ax] != expect {
                 return false;
             }
-            expect *= self.shape[ax] as isize;
+            // No extent is 0 (size > 1), so `expect` stays below the size: never None.
+            match isize::try_from(self.shape[ax]).ok().and_then(|e| expect.checked_mul(e)) {
+                Some(e) => expect = e,
+                None => return false,
+            }
         }
         true
     }
@@ -156,24 +191,29 @@ impl Layout {
     /// Storage index of a multi-index.
     ///
     /// # Errors
-    /// [`Error::OutOfBounds`] when the index has the wrong length or exceeds the shape.
+    /// [`Error::ShapeMismatch`] when the index has the wrong length, [`Error::OutOfBounds`]
+    /// when it exceeds the shape, [`Error::InvalidArgument`] when the element lies outside
+    /// any storage (a view moved there by [`Layout::with_offset`]).
     pub fn index_of(&self, index: &[usize]) -> Result<usize> {
         if index.len() != self.ndim() {
             return Err(Error::ShapeMismatch { expected: self.shape.clone(), got: index.to_vec() });
         }
-        let mut at = self.offset as isize;
+        let mut at = self.offset as i128;
         for (ax, (&i, (&n, &s))) in index.iter().zip(self.shape.iter().zip(&self.strides)).enumerate() {
             if i >= n {
                 return Err(Error::OutOfBounds {
                     what: format!("index on axis {ax}"),
                     start: i,
-                    end: i + 1,
+                    end: i.saturating_add(1),
                     len: n,
                 });
             }
-            at += i as isize * s;
+            // |i * s| < 2^126 and the terms sum to at most the view's reach: checked anyway.
+            at = (i as i128).checked_mul(s as i128).and_then(|d| at.checked_add(d)).unwrap_or(i128::MAX);
         }
-        Ok(at as usize)
+        usize::try_from(at).map_err(|_| {
+            Error::invalid(format!("index {index:?} addresses element {at}, outside any storage"))
+        })
     }
 
     /// A view with the axes reordered: axis `k` of the result is axis `axes[k]` of `self`.
@@ -206,16 +246,17 @@ impl Layout {
         }
     }
 
-    /// A sub-view taking `ranges[k]` on axis `k` (step 1).
+    /// A sub-view taking `ranges[k]` on axis `k` (step 1). An empty result keeps the
+    /// offset of `self` (it addresses nothing).
     ///
     /// # Errors
     /// [`Error::ShapeMismatch`] for the wrong number of ranges, [`Error::OutOfBounds`] for a
-    /// range outside its axis or reversed.
+    /// range outside its axis or reversed, [`Error::InvalidArgument`] when the first element
+    /// lies outside any storage (a view moved there by [`Layout::with_offset`]).
     pub fn sliced(&self, ranges: &[Range<usize>]) -> Result<Self> {
         if ranges.len() != self.ndim() {
             return Err(Error::ShapeMismatch { expected: vec![self.ndim()], got: vec![ranges.len()] });
         }
-        let mut offset = self.offset as isize;
         let mut shape = Vec::with_capacity(self.ndim());
         for (ax, r) in ranges.iter().enumerate() {
             if r.start > r.end || r.end > self.shape[ax] {
@@ -226,30 +267,37 @@ impl Layout {
                     len: self.shape[ax],
                 });
             }
-            if r.end > r.start {
-                offset += r.start as isize * self.strides[ax];
-            }
             shape.push(r.end - r.start);
         }
-        Ok(Layout { shape, strides: self.strides.clone(), offset: offset.max(0) as usize })
+        let mut out = Layout { shape, strides: self.strides.clone(), offset: self.offset };
+        if out.size() > 0 {
+            // Every `start` is a valid index of a non-empty axis: the first element of the
+            // sub-view is an element of `self`.
+            let start: Vec<usize> = ranges.iter().map(|r| r.start).collect();
+            out.offset = self.index_of(&start)?;
+        }
+        Ok(out)
     }
 
     /// The view with axis `axis` reversed (numpy's `flip`): the stride is negated and the
-    /// offset moves to the old last element.
+    /// offset moves to the old last element (an empty view keeps its offset).
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] when `axis` does not exist.
+    /// [`Error::InvalidArgument`] when `axis` does not exist, its stride is `isize::MIN`
+    /// (which has no negation), or the new first element lies outside any storage.
     pub fn flipped(&self, axis: usize) -> Result<Self> {
         if axis >= self.ndim() {
             return Err(Error::invalid(format!("axis {axis} of a {}-d view", self.ndim())));
         }
         let mut out = self.clone();
-        let n = self.shape[axis];
-        if n > 0 {
-            let shift = (n as isize - 1) * self.strides[axis];
-            out.offset = (self.offset as isize + shift) as usize;
+        out.strides[axis] = self.strides[axis].checked_neg().ok_or_else(|| {
+            Error::invalid(format!("stride {} of axis {axis} cannot be negated", isize::MIN))
+        })?;
+        if self.size() > 0 {
+            let mut last = vec![0; self.ndim()];
+            last[axis] = self.shape[axis] - 1;
+            out.offset = self.index_of(&last)?;
         }
-        out.strides[axis] = -self.strides[axis];
         Ok(out)
     }
 
@@ -257,7 +305,7 @@ impl Layout {
     ///
     /// # Errors
     /// [`Error::ShapeMismatch`] when the sizes differ, [`Error::InvalidArgument`] when the view
-    /// is not C-contiguous.
+    /// is not C-contiguous or the new extents overflow.
     pub fn reshaped(&self, shape: &[usize]) -> Result<Self> {
         if checked_size(shape)? != self.size() {
             return Err(Error::ShapeMismatch { expected: self.shape.clone(), got: shape.to_vec() });
@@ -270,11 +318,29 @@ impl Layout {
         Ok(l)
     }
 
-    /// The same view moved by `delta` elements in its storage.
+    /// The same view starting at element `offset` of its storage. Not checked: a view moved
+    /// past `isize::MAX` is reported by [`Layout::span`], [`Layout::check_fits`] and
+    /// [`Layout::index_of`] as outside any storage.
     pub fn with_offset(mut self, offset: usize) -> Self {
         self.offset = offset;
         self
     }
+}
+
+fn too_big(shape: &[usize]) -> Error {
+    Error::invalid(format!("shape {shape:?} has too many elements"))
+}
+
+/// Checks the size and the product of the non-zero extents (the span of contiguous strides
+/// even when the array is empty) against `isize::MAX`; returns the size.
+fn check_extents(shape: &[usize]) -> Result<usize> {
+    let size = checked_size(shape)?;
+    shape
+        .iter()
+        .try_fold(1usize, |acc, &n| acc.checked_mul(n.max(1)))
+        .filter(|&n| n <= isize::MAX as usize)
+        .ok_or_else(|| too_big(shape))?;
+    Ok(size)
 }
 
 /// The product of `shape`, or an error when it overflows `usize`.

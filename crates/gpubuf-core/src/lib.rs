@@ -27,6 +27,7 @@ pub mod encode;
 mod error;
 mod layout;
 mod plan;
+mod segment;
 
 pub use backend::{
     check_copy, check_fill, check_plan_args, check_scatter_args, Allocator, Backend, BackendKind, DeviceInfo,
@@ -35,7 +36,8 @@ pub use backend::{
 pub use dtype::{DType, Element};
 pub use error::{Error, PoolStats, Result};
 pub use layout::{checked_size, Layout, Order};
-pub use plan::{CopyPlan, Segment, MAX_DIMS};
+pub use plan::CopyPlan;
+pub use segment::{Segment, MAX_DIMS};
 
 /// `half::f16`, re-exported so users need not depend on `half` themselves.
 pub use half::f16;

@@ -6,147 +6,9 @@
 //! (vector components after a rotation). Rotations and flips are views: swapped extents and
 //! negative strides, never index arrays.
 
-use crate::{Error, Layout, Result};
+use crate::{Error, Result, Segment};
+use std::ops::ControlFlow;
 use std::sync::OnceLock;
-
-/// Most axes one segment's box can have; views with more axes become several segments.
-pub const MAX_DIMS: usize = 4;
-
-/// One strided box of a source array, mapped onto a contiguous range of the buffer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Segment {
-    /// Which source array (index into the plan's sources).
-    pub source: usize,
-    /// Element offset of the box's first element in its source.
-    pub offset: usize,
-    /// Extents of the box, outermost first; unused axes have extent 1.
-    pub extents: [usize; MAX_DIMS],
-    /// Strides in elements for each extent; may be negative or zero.
-    pub strides: [isize; MAX_DIMS],
-    /// Element offset of the box's first element in the buffer.
-    pub dst_offset: usize,
-    /// Whether values are negated on the way (see [`crate::DType::negate_bytes`]).
-    pub negate: bool,
-}
-
-impl Segment {
-    /// A segment from up to [`MAX_DIMS`] `(extent, stride)` pairs, outermost first.
-    ///
-    /// # Errors
-    /// [`Error::InvalidPlan`] with more than [`MAX_DIMS`] axes.
-    pub fn new(source: usize, offset: usize, dims: &[(usize, isize)], dst_offset: usize) -> Result<Self> {
-        if dims.len() > MAX_DIMS {
-            return Err(Error::plan(format!("a segment has at most {MAX_DIMS} axes, got {}", dims.len())));
-        }
-        let mut extents = [1; MAX_DIMS];
-        let mut strides = [0; MAX_DIMS];
-        let pad = MAX_DIMS - dims.len();
-        for (k, &(n, s)) in dims.iter().enumerate() {
-            extents[pad + k] = n;
-            strides[pad + k] = s;
-        }
-        Ok(Segment { source, offset, extents, strides, dst_offset, negate: false })
-    }
-
-    /// The same segment with negation switched on or off.
-    pub fn negated(mut self, negate: bool) -> Self {
-        self.negate = negate;
-        self
-    }
-
-    /// Number of elements in the box.
-    pub fn len(&self) -> usize {
-        self.extents.iter().product()
-    }
-
-    /// Whether the box holds no element.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// The lowest and one-past-highest source element the box touches (None when empty).
-    fn source_span(&self) -> Option<(i128, i128)> {
-        if self.is_empty() {
-            return None;
-        }
-        let (mut lo, mut hi) = (self.offset as i128, self.offset as i128);
-        for (&n, &s) in self.extents.iter().zip(&self.strides) {
-            let reach = (n as i128 - 1) * s as i128;
-            if reach < 0 {
-                lo += reach
-            } else {
-                hi += reach
-            }
-        }
-        Some((lo, hi + 1))
-    }
-
-    /// Calls `f(k, source_index)` for every element `k` of the box in buffer order.
-    pub fn for_each(&self, mut f: impl FnMut(usize, usize)) {
-        let [n0, n1, n2, n3] = self.extents;
-        let [s0, s1, s2, s3] = self.strides;
-        let mut k = 0;
-        for i0 in 0..n0 {
-            for i1 in 0..n1 {
-                for i2 in 0..n2 {
-                    let base = self.offset as isize + i0 as isize * s0 + i1 as isize * s1 + i2 as isize * s2;
-                    for i3 in 0..n3 {
-                        f(k, (base + i3 as isize * s3) as usize);
-                        k += 1;
-                    }
-                }
-            }
-        }
-    }
-
-    /// Segments covering every element of `layout` (in C order of the view) from `source`,
-    /// packed contiguously into the buffer from `dst_offset`. Adjacent axes that are dense
-    /// relative to each other are merged first, so most views give one segment.
-    ///
-    /// # Errors
-    /// [`Error::InvalidPlan`] when the view reaches below its storage.
-    pub fn from_layout(source: usize, layout: &Layout, dst_offset: usize) -> Result<Vec<Segment>> {
-        let size = layout.size();
-        if size == 0 {
-            return Ok(Vec::new());
-        }
-        let mut dims: Vec<(usize, isize)> = Vec::new();
-        for (&n, &s) in layout.shape().iter().zip(layout.strides()) {
-            if n == 1 {
-                continue;
-            }
-            match dims.last_mut() {
-                Some((pn, ps)) if *ps == s * n as isize => {
-                    *pn *= n;
-                    *ps = s;
-                }
-                _ => dims.push((n, s)),
-            }
-        }
-        let offset = layout.offset();
-        if dims.len() <= MAX_DIMS {
-            return Ok(vec![Segment::new(source, offset, &dims, dst_offset)?]);
-        }
-        // More than MAX_DIMS axes after merging: enumerate the outer ones.
-        let (outer, inner) = dims.split_at(dims.len() - MAX_DIMS);
-        let inner_len: usize = inner.iter().map(|d| d.0).product();
-        let outer_count: usize = outer.iter().map(|d| d.0).product();
-        let mut segs = Vec::with_capacity(outer_count);
-        for o in 0..outer_count {
-            let mut rem = o;
-            let mut off = offset as isize;
-            for &(n, s) in outer.iter().rev() {
-                off += (rem % n) as isize * s;
-                rem /= n;
-            }
-            if off < 0 {
-                return Err(Error::plan("view reaches below its storage"));
-            }
-            segs.push(Segment::new(source, off as usize, inner, dst_offset + o * inner_len)?);
-        }
-        Ok(segs)
-    }
-}
 
 /// A validated copy plan: segments over `source_lens.len()` sources and a buffer of
 /// `buffer_len` elements. Every box lies inside its source, every buffer range inside the
@@ -181,18 +43,29 @@ impl PartialEq for CopyPlan {
 impl CopyPlan {
     /// Validates and builds a plan. `source_lens[i]` is the length in elements of source `i`.
     ///
+    /// Lengths are at most `isize::MAX` (no storage is longer), so every element index of a
+    /// valid plan, and every count, fits `isize`, `i64` and the device encodings.
+    ///
     /// # Errors
-    /// [`Error::InvalidPlan`] when a segment names a missing source, reaches outside its
-    /// source or the buffer, or when two segments' buffer ranges overlap.
+    /// [`Error::InvalidPlan`] when a length exceeds `isize::MAX`, a segment names a missing
+    /// source, reaches outside its source or the buffer, or when two segments' buffer
+    /// ranges overlap.
     pub fn new(source_lens: Vec<usize>, buffer_len: usize, segments: Vec<Segment>) -> Result<Self> {
+        const MAX: usize = isize::MAX as usize;
+        if buffer_len > MAX {
+            return Err(Error::plan(format!("buffer of {buffer_len} elements (at most {MAX})")));
+        }
+        if let Some((i, n)) = source_lens.iter().enumerate().find(|(_, &n)| n > MAX) {
+            return Err(Error::plan(format!("source {i} of {n} elements (at most {MAX})")));
+        }
         let mut ranges = Vec::with_capacity(segments.len());
         for (i, s) in segments.iter().enumerate() {
             let len = source_lens.get(s.source).ok_or_else(|| {
                 Error::plan(format!("segment {i} names source {} of {}", s.source, source_lens.len()))
             })?;
-            let n = s.extents.iter().try_fold(1usize, |a, &e| a.checked_mul(e));
-            let n = n.ok_or_else(|| Error::plan(format!("segment {i} has too many elements")))?;
-            if let Some((lo, hi)) = s.source_span() {
+            let n =
+                s.checked_len().ok_or_else(|| Error::plan(format!("segment {i} has too many elements")))?;
+            if let Some((lo, hi)) = s.source_span()? {
                 if lo < 0 || hi > *len as i128 {
                     return Err(Error::plan(format!(
                         "segment {i} touches source elements {lo}..{hi} of source {} with {len}",
@@ -236,68 +109,89 @@ impl CopyPlan {
         self.buffer_len
     }
 
-    /// Number of elements the plan moves.
+    /// Number of elements the plan moves (at most the buffer length: buffer ranges of a
+    /// valid plan are disjoint).
     pub fn total(&self) -> usize {
-        self.segments.iter().map(Segment::len).sum()
+        self.segments.iter().fold(0usize, |a, s| a.saturating_add(s.len()))
     }
 
     /// Checks that scattering writes every source element at most once (boxes neither
     /// overlap each other nor themselves), so the result does not depend on execution order.
-    /// Computed once per plan and cached.
+    /// Computed once per plan and cached. Time and memory follow the elements the plan
+    /// moves, and the check stops at the first element written twice.
     ///
     /// # Errors
-    /// [`Error::InvalidPlan`] naming the first element written twice.
+    /// [`Error::InvalidPlan`] naming the first element found written twice;
+    /// [`Error::OutOfMemory`] when the check's bookkeeping does not fit in host memory.
     pub fn check_scatter(&self) -> Result<()> {
         self.scatter_check
-            .get_or_init(|| (0..self.source_lens.len()).try_for_each(|src| self.check_source(src)))
+            .get_or_init(|| {
+                let mut by_source: Vec<&Segment> = self.segments.iter().filter(|s| !s.is_empty()).collect();
+                by_source.sort_by_key(|s| s.source);
+                by_source.chunk_by(|a, b| a.source == b.source).try_for_each(check_source)
+            })
             .clone()
     }
+}
 
-    /// Checks that no element of source `src` is written twice. Memory stays proportional
-    /// to the elements the plan moves, whatever the declared source length: a bitset over
-    /// the touched span when the writes are dense in it, sorted indices otherwise.
-    fn check_source(&self, src: usize) -> Result<()> {
-        let segs: Vec<(usize, &Segment)> =
-            self.segments.iter().enumerate().filter(|(_, s)| s.source == src && !s.is_empty()).collect();
-        let count: usize = segs.iter().map(|(_, s)| s.len()).sum();
-        let Some((lo, hi)) =
-            segs.iter().filter_map(|(_, s)| s.source_span()).fold(None, |acc, (l, h)| match acc {
-                None => Some((l, h)),
-                Some((al, ah)) => Some((l.min(al), h.max(ah))),
-            })
-        else {
-            return Ok(());
-        };
-        let twice = |at: usize| Error::plan(format!("scatter writes element {at} of source {src} twice"));
-        let span = (hi - lo) as usize;
-        if span / 64 <= count {
-            let mut bits = vec![0u64; span.div_ceil(64)];
-            let mut clash = None;
-            for (_, s) in &segs {
-                s.for_each(|_, at| {
-                    let k = at - lo as usize;
-                    let (w, b) = (k / 64, 1u64 << (k % 64));
-                    if bits[w] & b != 0 && clash.is_none() {
-                        clash = Some(at);
-                    }
-                    bits[w] |= b;
-                });
-                if let Some(at) = clash {
-                    return Err(twice(at));
+/// The bookkeeping of a check could not be allocated.
+fn check_oom(bytes: usize) -> Error {
+    Error::OutOfMemory { requested: bytes, available: None, pool: None }
+}
+
+/// Checks that no element of one source (`segs`, non-empty, all naming it) is written
+/// twice. Memory stays proportional to the elements written, whatever the declared source
+/// length: a bitset over the touched span when the writes are dense in it, sorted indices
+/// otherwise.
+fn check_source(segs: &[&Segment]) -> Result<()> {
+    let src = segs.first().map_or(0, |s| s.source);
+    // Segments of a valid plan have disjoint buffer ranges: their lengths sum to at most
+    // the buffer length, and their spans lie inside the source (both <= isize::MAX).
+    let count = segs.iter().fold(0usize, |a, s| a.saturating_add(s.len()));
+    let mut bounds: Option<(i128, i128)> = None;
+    for s in segs {
+        if let Some((l, h)) = s.source_span()? {
+            bounds = Some(bounds.map_or((l, h), |(al, ah)| (l.min(al), h.max(ah))));
+        }
+    }
+    let Some((lo, hi)) = bounds else { return Ok(()) };
+    let twice = |at: usize| Error::plan(format!("scatter writes element {at} of source {src} twice"));
+    let lo = usize::try_from(lo).map_err(|_| Error::plan("a segment reaches below its source"))?;
+    let span = usize::try_from(hi).map_err(|_| Error::plan("a segment reaches past its source"))? - lo;
+    if span / 64 <= count {
+        // Dense: one bit per element of the span (at most count / 8 + 8 bytes). A write
+        // into an element already set stops the walk at once, so a broadcast is found at
+        // its second element whatever its length.
+        let words = span.div_ceil(64);
+        let mut bits: Vec<u64> = Vec::new();
+        bits.try_reserve_exact(words).map_err(|_| check_oom(words.saturating_mul(8)))?;
+        bits.resize(words, 0);
+        for s in segs {
+            let r = s.walk(|_, at| {
+                let k = at - lo;
+                let (w, b) = (k / 64, 1u64 << (k % 64));
+                if bits[w] & b != 0 {
+                    return ControlFlow::Break(at);
                 }
-            }
-        } else {
-            let mut all = Vec::with_capacity(count);
-            for (_, s) in &segs {
-                s.for_each(|_, at| all.push(at));
-            }
-            all.sort_unstable();
-            if let Some(w) = all.windows(2).find(|w| w[0] == w[1]) {
-                return Err(twice(w[0]));
+                bits[w] |= b;
+                ControlFlow::Continue(())
+            });
+            if let ControlFlow::Break(at) = r {
+                return Err(twice(at));
             }
         }
-        Ok(())
+    } else {
+        let mut all: Vec<usize> = Vec::new();
+        all.try_reserve_exact(count).map_err(|_| check_oom(count.saturating_mul(8)))?;
+        for s in segs {
+            s.for_each(|_, at| all.push(at));
+        }
+        all.sort_unstable();
+        if let Some(w) = all.windows(2).find(|w| w[0] == w[1]) {
+            return Err(twice(w[0]));
+        }
     }
+    Ok(())
 }
 
 impl CopyPlan {
@@ -341,7 +235,7 @@ impl CopyPlan {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::Order;
+    use crate::{Layout, Order};
 
     #[test]
     fn layout_segments_merge_dense_axes() {
