@@ -1,11 +1,8 @@
 //! [`Bufferizer`]: a fixed-capacity batch buffer on a device.
 
 use crate::hooks::{Hook, Hooks};
-use crate::input::Input;
 use gpubuf_buffer::{Buffer, NDBuffer};
-use gpubuf_core::{
-    checked_size, CopyPlan, DType, Element, Error, Kernels, Layout, MemRef, Order, Result, Segment,
-};
+use gpubuf_core::{checked_size, DType, Element, Error, Kernels, Layout, Order, Result};
 use std::sync::Arc;
 
 /// Allocates the bytes of one batch buffer.
@@ -21,8 +18,31 @@ pub(crate) struct Slot<B: Kernels> {
 /// allocated once and zeroed, filled by appends, emptied by [`Bufferizer::flush`] or handed
 /// to a consumer whole by [`Bufferizer::take_batch`] (double buffering).
 ///
-/// Every append is all-or-nothing: an append that would overflow copies nothing, for lists
-/// as well as batches, and mistakes are typed errors, never panics.
+/// Every append is all-or-nothing: the room and every input are checked (with the checks
+/// the backend itself makes) before the first byte moves, for lists as well as batches, and
+/// mistakes are typed errors, never panics. An append that fails leaves `len()` unchanged
+/// and fires no hook; only a driver failure during the copies can leave data in the
+/// elements past `len()`, which the next append overwrites. Any other failing operation
+/// (`flush`, `allocate`, `take_batch`) leaves `len()` and the buffers as they were.
+///
+/// # Hooks and re-entrancy
+/// Hooks run after the operation is complete and receive `&Bufferizer`: they can read it
+/// (`len`, `view`, `filled`) but not append, flush or take a batch from inside, which the
+/// compiler refuses:
+///
+/// ```compile_fail
+/// # use gpubuf_bufferizer::Bufferizer;
+/// # let cpu = gpubuf_cpu::CpuBackend::new();
+/// let b = Bufferizer::<_, f32>::builder(&cpu, &[2], 4)
+///     .on_full(|b| b.flush(0.0).unwrap()) // error: `b` is a `&` reference
+///     .build();
+/// ```
+///
+/// To act on a full buffer, let the hook set a flag and call [`Bufferizer::take_batch`]
+/// after the append returns. A hook must not lock a mutex that the appending thread holds
+/// (one around this bufferizer, say): that deadlocks as any re-locked `std` mutex does. A
+/// hook that panics stays registered; the panic reaches the caller of the operation, which
+/// is complete by then (the `on_full` of that append does not fire).
 pub struct Bufferizer<B: Kernels, T: Element> {
     pub(crate) backend: B,
     pub(crate) stream: B::Stream,
@@ -35,7 +55,7 @@ pub struct Bufferizer<B: Kernels, T: Element> {
     pub(crate) source: Source<B>,
     pub(crate) hooks: Hooks<B, T>,
     /// The last non-contiguous device layout gathered, and its prepared plan.
-    plan_cache: Option<(Layout, usize, B::Plan)>,
+    pub(crate) plan_cache: Option<(Layout, usize, B::Plan)>,
 }
 
 impl<B: Kernels, T: Element> std::fmt::Debug for Bufferizer<B, T> {
@@ -102,21 +122,33 @@ impl<B: Kernels, T: Element> Bufferizer<B, T> {
     /// `allocate` ends with `flush(0)`, `on_flush`.
     ///
     /// # Errors
-    /// Allocation errors.
+    /// Allocation and driver errors; on error the bufferizer is unchanged (same buffer,
+    /// same elements, same `len()`) and no hook fires.
     pub fn allocate(&mut self) -> Result<()> {
-        let buffer = (self.source)(&self.backend, self.nbytes())?;
-        self.current = Arc::new(Slot { buffer });
+        let slot = self.fresh_slot()?;
+        self.current = slot;
         self.spare = None;
         self.len = 0;
         self.fire(|h| &mut h.on_allocate);
-        self.flush(T::default())
+        self.fire(|h| &mut h.on_flush);
+        Ok(())
+    }
+
+    /// A new batch buffer, zeroed.
+    fn fresh_slot(&self) -> Result<Arc<Slot<B>>> {
+        let buffer = (self.source)(&self.backend, self.nbytes())?;
+        if !buffer.is_empty() {
+            self.backend.fill(&self.stream, buffer.memref(), bytemuck::bytes_of(&T::default()))?;
+        }
+        Ok(Arc::new(Slot { buffer }))
     }
 
     /// Sets every element of the whole capacity to `value`, empties the bufferizer, and
     /// fires `on_flush`.
     ///
     /// # Errors
-    /// Driver errors.
+    /// Driver errors; on error `len()` is unchanged and no hook fires (the fill may have
+    /// reached part of the memory).
     pub fn flush(&mut self, value: T) -> Result<()> {
         self.fill_current(value)?;
         self.len = 0;
@@ -139,186 +171,17 @@ impl<B: Kernels, T: Element> Bufferizer<B, T> {
         self.backend.fill(&self.stream, buf.memref(), bytemuck::bytes_of(&value))
     }
 
+    /// Calls one hook with the bufferizer. A hook that panics stays registered: it is put
+    /// back before the panic goes on to the caller.
     pub(crate) fn fire(&mut self, pick: impl Fn(&mut Hooks<B, T>) -> &mut Option<Hook<B, T>>) {
         if let Some(mut hook) = pick(&mut self.hooks).take() {
-            hook(self);
+            let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| hook(self)));
             let slot = pick(&mut self.hooks);
             if slot.is_none() {
                 *slot = Some(hook);
             }
-        }
-    }
-
-    fn after_append(&mut self, multiple: bool) {
-        if multiple {
-            self.fire(|h| &mut h.on_append_multiple);
-        } else {
-            self.fire(|h| &mut h.on_append_one);
-        }
-        if self.is_full() {
-            self.fire(|h| &mut h.on_full);
-        }
-    }
-
-    fn check_room(&self, adding: usize) -> Result<()> {
-        if self.len + adding > self.capacity {
-            return Err(Error::Capacity { capacity: self.capacity, len: self.len, adding });
-        }
-        Ok(())
-    }
-
-    fn check_input(&self, input: &Input<'_, B, T>, shape: &[usize]) -> Result<()> {
-        if input.shape() != shape {
-            return Err(Error::ShapeMismatch { expected: shape.to_vec(), got: input.shape().to_vec() });
-        }
-        match input {
-            Input::Bytes { dtype, bytes, .. } => {
-                if *dtype != T::DTYPE {
-                    return Err(Error::DTypeMismatch { expected: T::DTYPE, got: *dtype });
-                }
-                let want = checked_size(shape)? * T::DTYPE.size();
-                if bytes.len() != want {
-                    return Err(Error::invalid(format!(
-                        "{} bytes for shape {shape:?} of {}",
-                        bytes.len(),
-                        T::DTYPE
-                    )));
-                }
-            }
-            Input::Device(a) if !a.backend().same_device(&self.backend) => {
-                return Err(Error::DeviceMismatch("the input array lives on another device".into()));
-            }
-            _ => {}
-        }
-        Ok(())
-    }
-
-    /// Appends one element of `element_shape`; fires `on_append_one`, then `on_full` if the
-    /// bufferizer became full.
-    ///
-    /// # Errors
-    /// [`Error::Capacity`] when full; [`Error::ShapeMismatch`]; [`Error::DTypeMismatch`]
-    /// for raw bytes of another dtype; [`Error::DeviceMismatch`]; driver errors.
-    pub fn append_one<'a>(&mut self, element: impl Into<Input<'a, B, T>>) -> Result<()> {
-        let input = element.into();
-        self.check_room(1)?;
-        let shape = self.element_shape.clone();
-        self.check_input(&input, &shape)?;
-        self.copy_in(&input, self.len, 1)?;
-        self.len += 1;
-        self.after_append(false);
-        Ok(())
-    }
-
-    /// Appends a batch whose first axis counts the elements (`[n, *element_shape]`); fires
-    /// `on_append_multiple`, then `on_full` if full.
-    ///
-    /// # Errors
-    /// [`Error::Capacity`] when the batch does not fit (nothing is copied), and as
-    /// [`Bufferizer::append_one`].
-    pub fn append_multiple<'a>(&mut self, batch: impl Into<Input<'a, B, T>>) -> Result<()> {
-        let input = batch.into();
-        let n = match input.shape().first() {
-            Some(&n) if input.shape().len() == self.element_shape.len() + 1 => n,
-            _ => {
-                let mut expected = vec![0];
-                expected.extend_from_slice(&self.element_shape);
-                return Err(Error::ShapeMismatch { expected, got: input.shape().to_vec() });
-            }
-        };
-        self.check_room(n)?;
-        let mut shape = vec![n];
-        shape.extend_from_slice(&self.element_shape);
-        self.check_input(&input, &shape)?;
-        self.copy_in(&input, self.len, n)?;
-        self.len += n;
-        self.after_append(true);
-        Ok(())
-    }
-
-    /// Appends every element of a list, all or nothing: the shapes and the room are checked
-    /// for the whole list before anything is copied (dolphin appends one by one and leaves
-    /// a list half-appended on overflow). Fires `on_append_multiple` once, then `on_full`.
-    ///
-    /// # Errors
-    /// As [`Bufferizer::append_multiple`].
-    pub fn append_list(&mut self, elements: &[Input<'_, B, T>]) -> Result<()> {
-        self.check_room(elements.len())?;
-        let shape = self.element_shape.clone();
-        for e in elements {
-            self.check_input(e, &shape)?;
-        }
-        for (k, e) in elements.iter().enumerate() {
-            self.copy_in(e, self.len + k, 1)?;
-        }
-        self.len += elements.len();
-        self.after_append(true);
-        Ok(())
-    }
-
-    /// Dispatches on shape like dolphin's `append`: `element_shape` appends one,
-    /// `[n, *element_shape]` appends a batch, anything else is an error.
-    ///
-    /// # Errors
-    /// [`Error::ShapeMismatch`] for any other shape; otherwise as the method it calls.
-    pub fn append<'a>(&mut self, input: impl Into<Input<'a, B, T>>) -> Result<()> {
-        let input = input.into();
-        if input.shape() == self.element_shape.as_slice() {
-            self.append_one(input)
-        } else if input.shape().len() == self.element_shape.len() + 1
-            && input.shape()[1..] == self.element_shape[..]
-        {
-            self.append_multiple(input)
-        } else {
-            Err(Error::ShapeMismatch { expected: self.element_shape.clone(), got: input.shape().to_vec() })
-        }
-    }
-
-    /// Copies `count` elements of a checked input to element position `at`.
-    fn copy_in(&mut self, input: &Input<'_, B, T>, at: usize, count: usize) -> Result<()> {
-        let size = T::DTYPE.size();
-        let bytes = count * self.element_len * size;
-        if bytes == 0 {
-            return Ok(());
-        }
-        let buf = self.current.buffer.clone();
-        let dst = MemRef {
-            memory: &**buf.memory(),
-            offset: buf.offset() + at * self.element_len * size,
-            len: bytes,
-        };
-        let _span = tracing::trace_span!("bufferizer.append", bytes, count).entered();
-        match input {
-            Input::Bytes { bytes: raw, .. } => self.backend.write(&self.stream, dst.memory, dst.offset, raw),
-            Input::Host(v) => match v.as_slice() {
-                Some(s) => self.backend.write(&self.stream, dst.memory, dst.offset, bytemuck::cast_slice(s)),
-                None => {
-                    let packed: Vec<T> = v.iter().copied().collect();
-                    self.backend.write(&self.stream, dst.memory, dst.offset, bytemuck::cast_slice(&packed))
-                }
-            },
-            Input::Device(a) if a.is_c_contiguous() => {
-                let src = a.storage();
-                let from = MemRef {
-                    memory: src.memory,
-                    offset: src.offset + a.layout().offset() * size,
-                    len: bytes,
-                };
-                self.backend.copy(&self.stream, from, dst.memory, dst.offset)
-            }
-            Input::Device(a) => {
-                let storage_len = a.buffer().len() / size;
-                let hit = matches!(&self.plan_cache, Some((l, n, _)) if l == a.layout() && *n == storage_len);
-                if !hit {
-                    let plan =
-                        CopyPlan::new(vec![storage_len], a.size(), Segment::from_layout(0, a.layout(), 0)?)?;
-                    self.plan_cache =
-                        Some((a.layout().clone(), storage_len, self.backend.prepare(&plan, T::DTYPE)?));
-                }
-                match &self.plan_cache {
-                    Some((_, _, plan)) => self.backend.gather(&self.stream, plan, &[a.storage()], dst),
-                    None => Err(Error::invalid("plan cache empty")),
-                }
+            if let Err(panic) = run {
+                std::panic::resume_unwind(panic);
             }
         }
     }
@@ -419,16 +282,19 @@ impl<B: Kernels, T: Element> Bufferizer<B, T> {
     /// past `len()` hold its old data until a [`Bufferizer::flush`]. Fires no hook.
     ///
     /// # Errors
-    /// Allocation errors.
+    /// Allocation errors; on error nothing changes (the same buffer keeps its elements and
+    /// `len()`, and the spare buffer is kept).
     pub fn take_batch(&mut self) -> Result<NDBuffer<B, T>> {
         let batch = self.filled()?;
         let next = match self.spare.take() {
             Some(s) if Arc::strong_count(&s) == 1 => s,
-            _ => {
-                let buffer = (self.source)(&self.backend, self.nbytes())?;
-                self.backend.fill(&self.stream, buffer.memref(), bytemuck::bytes_of(&T::default()))?;
-                Arc::new(Slot { buffer })
-            }
+            spare => match self.fresh_slot() {
+                Ok(s) => s,
+                Err(e) => {
+                    self.spare = spare;
+                    return Err(e);
+                }
+            },
         };
         let previous = std::mem::replace(&mut self.current, next);
         self.spare = Some(previous);

@@ -27,6 +27,7 @@
 //! # Ok::<(), gpubuf_core::Error>(())
 //! ```
 
+mod append;
 mod bufferizer;
 mod builder;
 mod hooks;

@@ -20,9 +20,11 @@
 mod arith;
 mod mirror;
 mod ranges;
+mod transfer;
 mod view;
 
 pub use arith::Arith;
-pub use mirror::{Mirror, Transfer};
+pub use mirror::Mirror;
 pub use ranges::{DirtyPolicy, RangeSet};
+pub use transfer::Transfer;
 pub use view::View;

@@ -3,37 +3,52 @@
 use crate::arith::Arith;
 use crate::ranges::{DirtyPolicy, RangeSet};
 use crate::view::View;
-use gpubuf_buffer::{Buffer, NDBuffer};
-use gpubuf_core::{CopyPlan, DType, Element, Error, Kernels, MemRef, Result, Segment};
+use gpubuf_buffer::NDBuffer;
+use gpubuf_core::{Element, Error, Kernels, Result};
 use ndarray::{ArrayD, ArrayViewD, ArrayViewMutD};
 use std::ops::Range;
-
-/// What one [`Mirror::sync`] or [`Mirror::download`] moved.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Transfer {
-    /// The byte ranges moved.
-    pub ranges: Vec<Range<usize>>,
-    /// Bytes moved.
-    pub bytes: usize,
-    /// Copy commands issued (one per range, or one staging copy plus one scatter launch).
-    pub commands: usize,
-}
-
-/// Ranges above this count are uploaded as one staging copy plus one scatter plan.
-const PLAN_ABOVE: usize = 16;
 
 /// A host array mirrored on a device, after glumpy's `GPUData`: every mutation goes
 /// through the mirror, which records the bytes it touched, and [`Mirror::sync`] uploads
 /// only those. The other way, [`Mirror::mark_device_dirty`] records what device work
 /// changed and [`Mirror::download`] brings exactly that back.
+///
+/// # Nothing is lost between the two sides
+/// * An upload never covers a device-dirty byte: ranges widened by the policy (glumpy's
+///   hull, a gap) are split around the bytes marked with [`Mirror::mark_device_dirty`],
+///   which keep the device's value until [`Mirror::download`] brings it over.
+/// * A host write to a device-dirty byte is a conflict: an [`Error::InvalidArgument`]
+///   naming the bytes, and nothing changes (the host's copy of those bytes is stale, so a
+///   read-modify-write such as `add_assign` would compute on old data). Download first.
+/// * Marking bytes that the host wrote and did not upload yet is the one documented
+///   overwrite: the device's bytes win (its work came later) and those host writes are
+///   dropped from the pending set.
+///
+/// # Re-entrancy
+/// Every mutation takes `&mut self`, and the closure of [`Mirror::write`] receives a
+/// mutable view borrowed from the mirror, so no mirror operation can run inside another:
+///
+/// ```compile_fail
+/// # use gpubuf_cpu::CpuBackend;
+/// # use gpubuf_mirror::{DirtyPolicy, Mirror};
+/// # let cpu = CpuBackend::new();
+/// # let mut m = Mirror::new(&cpu, ndarray::Array1::<f32>::zeros(4).into_dyn().view(), DirtyPolicy::exact(), None).unwrap();
+/// let all = m.full();
+/// m.write(&all, |_| m.sync()); // error: `m` is already borrowed mutably
+/// ```
 pub struct Mirror<B: Kernels, T: Element> {
-    host: ArrayD<T>,
-    device: NDBuffer<B, T>,
-    stream: B::Stream,
-    policy: DirtyPolicy,
-    pending: RangeSet,
-    device_dirty: RangeSet,
+    pub(crate) host: ArrayD<T>,
+    pub(crate) device: NDBuffer<B, T>,
+    pub(crate) stream: B::Stream,
+    pub(crate) policy: DirtyPolicy,
+    /// Host bytes to upload (widened by the policy).
+    pub(crate) pending: RangeSet,
+    /// Bytes changed on the device and not downloaded, exact (never widened).
+    pub(crate) device_dirty: RangeSet,
 }
+
+/// Device-dirty ranges are kept exact: widening them would download bytes the host wrote.
+pub(crate) const EXACT: DirtyPolicy = DirtyPolicy { gap: 0, max_ranges: usize::MAX };
 
 impl<B: Kernels, T: Element> std::fmt::Debug for Mirror<B, T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -44,7 +59,7 @@ impl<B: Kernels, T: Element> std::fmt::Debug for Mirror<B, T> {
     }
 }
 
-fn as_bytes<T: Element>(a: &ArrayD<T>) -> &[u8] {
+pub(crate) fn as_bytes<T: Element>(a: &ArrayD<T>) -> &[u8] {
     // The host array is always standard layout (built so, never re-laid out).
     bytemuck::cast_slice(a.as_slice_memory_order().unwrap_or(&[]))
 }
@@ -118,48 +133,63 @@ impl<B: Kernels, T: Element> Mirror<B, T> {
         self.device_dirty.ranges()
     }
 
-    fn check_view(&self, view: &View) -> Result<()> {
-        let full = self.full();
-        let l = view.layout()?;
-        l.check_fits(self.host.len())?;
-        if full.layout()?.shape().len() != l.strides().len() {
-            return Err(Error::invalid("the view belongs to an array of another rank"));
-        }
-        Ok(())
-    }
-
-    fn mark(&mut self, view: &View) -> Result<()> {
-        for r in view.byte_runs(T::DTYPE.size())? {
-            self.pending.insert(r, self.policy);
-        }
-        Ok(())
-    }
-
-    /// Writes through `view` with `f`, then marks every byte of the view as pending. The
-    /// closure gets a mutable ndarray view of exactly the view's elements.
-    ///
-    /// # Errors
-    /// [`Error::OutOfBounds`] when the view does not fit this array.
-    pub fn write<R>(&mut self, view: &View, f: impl FnOnce(ArrayViewMutD<'_, T>) -> R) -> Result<R> {
-        self.check_view(view)?;
-        if view.layout()?.strides().len() != self.host.ndim() || view_shape_base(view) != self.host.shape() {
+    /// Checks that `view` is a view of this array and returns the bytes it covers.
+    pub(crate) fn check_view(&self, view: &View) -> Result<Vec<Range<usize>>> {
+        if view.base_shape() != self.host.shape() {
             return Err(Error::ShapeMismatch {
                 expected: self.host.shape().to_vec(),
-                got: view_shape_base(view),
+                got: view.base_shape().to_vec(),
             });
         }
-        let r = f(view.apply(self.host.view_mut()));
-        self.mark(view)?;
-        Ok(r)
+        view.layout()?.check_fits(self.host.len())?;
+        view.byte_runs(T::DTYPE.size())
+    }
+
+    /// Writes through `view` with `f`, marking every byte of the view as pending. The
+    /// closure gets a mutable ndarray view of exactly the view's elements. The bytes are
+    /// marked before `f` runs, so a closure that panics half-way leaves them pending and
+    /// the next [`Mirror::sync`] still brings the device level with the host.
+    ///
+    /// # Errors
+    /// [`Error::ShapeMismatch`] for a view of another array; [`Error::OutOfBounds`] when
+    /// the view does not fit; [`Error::InvalidArgument`] for a conflict: the view covers
+    /// bytes marked with [`Mirror::mark_device_dirty`] and not downloaded yet. On error
+    /// `f` does not run and nothing changes.
+    pub fn write<R>(&mut self, view: &View, f: impl FnOnce(ArrayViewMutD<'_, T>) -> R) -> Result<R> {
+        let runs = self.check_view(view)?;
+        if !self.device_dirty.is_empty() {
+            if let Some(c) = runs.iter().find_map(|r| self.device_dirty.overlap(r.clone())) {
+                return Err(Error::invalid(format!(
+                    "write conflict: bytes {}..{} were changed on the device and not downloaded \
+                     (download() first)",
+                    c.start, c.end
+                )));
+            }
+        }
+        for r in runs {
+            self.pending.insert(r, self.policy);
+        }
+        Ok(f(view.apply(self.host.view_mut())))
     }
 
     /// Sets one element.
     ///
     /// # Errors
-    /// [`Error::OutOfBounds`] / [`Error::ShapeMismatch`] for a bad index.
+    /// [`Error::OutOfBounds`] / [`Error::ShapeMismatch`] for a bad index; as
+    /// [`Mirror::write`].
     pub fn set(&mut self, index: &[usize], value: T) -> Result<()> {
         if index.len() != self.host.ndim() {
             return Err(Error::ShapeMismatch { expected: self.host.shape().to_vec(), got: index.to_vec() });
+        }
+        for (axis, (&i, &n)) in index.iter().zip(self.host.shape()).enumerate() {
+            if i >= n {
+                return Err(Error::OutOfBounds {
+                    what: format!("index on axis {axis}"),
+                    start: i,
+                    end: i.saturating_add(1),
+                    len: n,
+                });
+            }
         }
         let ranges: Vec<Range<usize>> = index.iter().map(|&i| i..i + 1).collect();
         let view = self.view(&ranges)?;
@@ -185,93 +215,6 @@ impl<B: Kernels, T: Element> Mirror<B, T> {
         self.write(view, |mut v| v.assign(&src))
     }
 
-    /// Downloads the ranges marked with [`Mirror::mark_device_dirty`] into the host array
-    /// and forgets them; host writes pending in those bytes are dropped (the device's
-    /// bytes win, since the device work came later).
-    ///
-    /// # Errors
-    /// Transfer errors.
-    pub fn download(&mut self) -> Result<Transfer> {
-        let ranges = self.device_dirty.ranges();
-        let b = self.device.backend().clone();
-        let mem = self.device.buffer().memory().clone();
-        let base = self.device.buffer().offset();
-        let bytes: &mut [u8] =
-            bytemuck::cast_slice_mut(self.host.as_slice_memory_order_mut().unwrap_or(&mut []));
-        for r in &ranges {
-            b.read(&self.stream, &mem, base + r.start, &mut bytes[r.clone()])?;
-        }
-        for r in &ranges {
-            self.pending.remove(r.clone());
-        }
-        self.device_dirty.clear();
-        let total = ranges.iter().map(|r| r.len()).sum();
-        Ok(Transfer { commands: ranges.len(), bytes: total, ranges })
-    }
-
-    /// Records that device work changed the bytes of `view`, for [`Mirror::download`].
-    ///
-    /// # Errors
-    /// [`Error::OutOfBounds`] when the view does not fit this array.
-    pub fn mark_device_dirty(&mut self, view: &View) -> Result<()> {
-        self.check_view(view)?;
-        for r in view.byte_runs(T::DTYPE.size())? {
-            self.device_dirty.insert(r, self.policy);
-        }
-        Ok(())
-    }
-
-    /// Uploads exactly the pending ranges and clears them: one write per range, or, past
-    /// 16 ranges, the ranges packed into one staging upload and scattered in place by one
-    /// copy-plan launch.
-    ///
-    /// # Errors
-    /// Allocation and transfer errors; the pending ranges stay pending on error.
-    pub fn sync(&mut self) -> Result<Transfer> {
-        let ranges = self.pending.ranges();
-        let total: usize = ranges.iter().map(|r| r.len()).sum();
-        let _span = tracing::debug_span!("mirror.sync", ranges = ranges.len(), bytes = total).entered();
-        let b = self.device.backend().clone();
-        let mem = self.device.buffer().memory().clone();
-        let base = self.device.buffer().offset();
-        let host = as_bytes(&self.host);
-        let commands = if ranges.len() <= PLAN_ABOVE {
-            for r in &ranges {
-                b.write(&self.stream, &mem, base + r.start, &host[r.clone()])?;
-            }
-            ranges.len()
-        } else {
-            let mut staged = Vec::with_capacity(total);
-            let mut segments = Vec::with_capacity(ranges.len());
-            for r in &ranges {
-                segments.push(Segment::new(0, r.start, &[(r.len(), 1)], staged.len())?);
-                staged.extend_from_slice(&host[r.clone()]);
-            }
-            let staging = Buffer::from_bytes(&b, &staged)?;
-            let plan =
-                b.prepare(&CopyPlan::new(vec![self.device.buffer().len()], total, segments)?, DType::U8)?;
-            let target = MemRef { memory: &*mem, offset: base, len: self.device.buffer().len() };
-            b.scatter(&self.stream, &plan, staging.memref(), &[target])?;
-            b.synchronize(&self.stream)?;
-            2
-        };
-        self.pending.clear();
-        Ok(Transfer { ranges, bytes: total, commands })
-    }
-
-    /// Uploads the whole array (what a mirror without tracking does), for comparison.
-    ///
-    /// # Errors
-    /// Transfer errors.
-    pub fn upload_all(&mut self) -> Result<Transfer> {
-        let b = self.device.backend().clone();
-        let bytes = as_bytes(&self.host);
-        b.write(&self.stream, self.device.buffer().memory(), self.device.buffer().offset(), bytes)?;
-        self.pending.clear();
-        let whole = 0..bytes.len();
-        Ok(Transfer { ranges: std::iter::once(whole).collect(), bytes: bytes.len(), commands: 1 })
-    }
-
     /// Copies the device array back in full (for checks).
     ///
     /// # Errors
@@ -279,10 +222,6 @@ impl<B: Kernels, T: Element> Mirror<B, T> {
     pub fn device_to_host(&self) -> Result<ArrayD<T>> {
         self.device.to_ndarray()
     }
-}
-
-fn view_shape_base(view: &View) -> Vec<usize> {
-    view.base_shape().to_vec()
 }
 
 impl<B: Kernels, T: Arith> Mirror<B, T> {

@@ -58,13 +58,54 @@ impl RangeSet {
         self.map.iter().map(|(s, e)| e - s).sum()
     }
 
+    /// The first bytes of `r` that the set holds (the intersection of `r` with the first
+    /// range that meets it), or `None` when they share no byte.
+    pub fn overlap(&self, r: Range<usize>) -> Option<Range<usize>> {
+        if r.start >= r.end {
+            return None;
+        }
+        // The last range starting at or before `r.start`, then the first starting after it.
+        let before = self.map.range(..=r.start).next_back();
+        let after = self.map.range(r.start..r.end).next();
+        [before, after]
+            .into_iter()
+            .flatten()
+            .map(|(&s, &e)| s.max(r.start)..e.min(r.end))
+            .find(|x| x.start < x.end)
+    }
+
+    /// The parts of the ranges in `self` that `other` does not hold, in order.
+    pub fn difference(&self, other: &RangeSet) -> Vec<Range<usize>> {
+        let mut out = Vec::with_capacity(self.map.len());
+        for (&s, &e) in &self.map {
+            let mut at = s;
+            let first = other.map.range(..=s).next_back().map_or(s, |(&os, _)| os);
+            for (&os, &oe) in other.map.range(first..e) {
+                if oe <= at {
+                    continue;
+                }
+                if os > at {
+                    out.push(at..os);
+                }
+                at = oe;
+                if at >= e {
+                    break;
+                }
+            }
+            if at < e {
+                out.push(at..e);
+            }
+        }
+        out
+    }
+
     /// Removes every range.
     pub fn clear(&mut self) {
         self.map.clear();
     }
 
     /// Adds `r`, merging with ranges no more than `policy.gap` bytes away, then enforces
-    /// `policy.max_ranges`.
+    /// `policy.max_ranges`. An empty or reversed `r` adds nothing.
     pub fn insert(&mut self, r: Range<usize>, policy: DirtyPolicy) {
         if r.start >= r.end {
             return;
@@ -111,8 +152,12 @@ impl RangeSet {
         }
     }
 
-    /// Removes the bytes of `r` from the set (splitting ranges as needed).
+    /// Removes the bytes of `r` from the set (splitting ranges as needed); an empty or
+    /// reversed `r` removes nothing.
     pub fn remove(&mut self, r: Range<usize>) {
+        if r.start >= r.end {
+            return;
+        }
         let hits: Vec<(usize, usize)> =
             self.map.range(..r.end).filter(|(_, &e)| e > r.start).map(|(&s, &e)| (s, e)).collect();
         for (s, e) in hits {
@@ -162,5 +207,38 @@ mod tests {
         h.insert(20..32, DirtyPolicy::hull());
         h.insert(4..8, DirtyPolicy::hull());
         assert_eq!(h.ranges(), vec![4..32]);
+    }
+
+    #[test]
+    #[allow(clippy::reversed_empty_ranges)] // reversed ranges are the point
+    fn reversed_ranges_change_nothing() {
+        let mut s = RangeSet::default();
+        s.insert(0..100, DirtyPolicy::exact());
+        s.insert(60..40, DirtyPolicy::exact());
+        s.remove(50..10);
+        s.remove(usize::MAX..0);
+        assert_eq!(s.ranges(), vec![0..100]);
+    }
+
+    #[test]
+    fn overlap_and_difference() {
+        let mut s = RangeSet::default();
+        let p = DirtyPolicy::exact();
+        s.insert(10..20, p);
+        s.insert(30..40, p);
+        assert_eq!(s.overlap(0..10), None);
+        assert_eq!(s.overlap(15..35), Some(15..20));
+        assert_eq!(s.overlap(20..31), Some(30..31));
+        assert_eq!(s.overlap(40..usize::MAX), None);
+        let mut hull = RangeSet::default();
+        hull.insert(0..64, p);
+        assert_eq!(hull.difference(&s), vec![0..10, 20..30, 40..64]);
+        assert_eq!(s.difference(&hull), Vec::<Range<usize>>::new());
+        assert_eq!(s.difference(&RangeSet::default()), s.ranges());
+        let mut inner = RangeSet::default();
+        inner.insert(12..14, p);
+        inner.insert(16..18, p);
+        inner.insert(35..50, p);
+        assert_eq!(s.difference(&inner), vec![10..12, 14..16, 18..20, 30..35]);
     }
 }

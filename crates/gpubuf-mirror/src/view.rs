@@ -1,7 +1,7 @@
 //! [`View`]: a sub-view of a mirror's array (slices, flips, axis orders) that knows which
 //! bytes of the base array it covers.
 
-use gpubuf_core::{Error, Layout, Order, Result, Segment};
+use gpubuf_core::{Error, Layout, Order, Result};
 use ndarray::{ArrayViewMutD, Axis, Slice};
 use std::ops::Range;
 
@@ -103,9 +103,15 @@ impl View {
     /// The view as a layout over the base array's elements.
     ///
     /// # Errors
-    /// Only for a base shape whose size overflows.
+    /// [`Error::InvalidArgument`] for a base shape whose element count overflows.
     pub fn layout(&self) -> Result<Layout> {
-        let mut l = Layout::contiguous(&self.base_shape, Order::C)?.sliced(&self.ranges)?;
+        let base = Layout::contiguous(&self.base_shape, Order::C)?;
+        if self.ranges.iter().any(|r| r.is_empty()) {
+            // No element: any layout of the shape will do, and this one avoids offset
+            // arithmetic over the (possibly saturated) strides of an empty base array.
+            return Layout::contiguous(&self.shape(), Order::C);
+        }
+        let mut l = base.sliced(&self.ranges)?;
         for (ax, &f) in self.flips.iter().enumerate() {
             if f {
                 l = l.flipped(ax)?;
@@ -118,40 +124,73 @@ impl View {
     /// lowest to one past its highest byte (`None` when empty).
     ///
     /// # Errors
-    /// As [`View::layout`].
+    /// As [`View::layout`]; [`Error::InvalidArgument`] when the byte offsets overflow
+    /// `usize` for this `itemsize`.
     pub fn extent(&self, itemsize: usize) -> Result<Option<Range<usize>>> {
-        Ok(self.layout()?.span()?.map(|r| r.start * itemsize..r.end * itemsize))
+        match self.layout()?.span()? {
+            Some(r) => Ok(Some(bytes_of(r.start, itemsize)?..bytes_of(r.end, itemsize)?)),
+            None => Ok(None),
+        }
     }
 
-    /// The exact byte ranges of the base array the view covers (runs of adjacent elements
-    /// merged), in increasing order of the first element of each run.
+    /// The exact byte ranges of the base array the view covers: one run per row of the
+    /// view's innermost axis (axes dense relative to each other merged first), or one per
+    /// element when that axis is strided, in the view's element order.
     ///
     /// # Errors
-    /// As [`View::layout`].
+    /// As [`View::extent`]; [`Error::OutOfMemory`] when the list of runs cannot be
+    /// allocated (a strided view of a huge base shape).
     pub fn byte_runs(&self, itemsize: usize) -> Result<Vec<Range<usize>>> {
-        let mut out = Vec::new();
-        for seg in Segment::from_layout(0, &self.layout()?, 0)? {
-            let (n, s) = (seg.extents[3], seg.strides[3]);
-            let rows = seg.extents[0] * seg.extents[1] * seg.extents[2];
-            for r in 0..rows {
-                let (i2, i1, i0) = (
-                    r % seg.extents[2],
-                    (r / seg.extents[2]) % seg.extents[1],
-                    r / (seg.extents[1] * seg.extents[2]),
-                );
-                let base = seg.offset as isize
-                    + i0 as isize * seg.strides[0]
-                    + i1 as isize * seg.strides[1]
-                    + i2 as isize * seg.strides[2];
-                if s.abs() == 1 {
-                    let lo = if s < 0 { base - (n as isize - 1) } else { base } as usize;
-                    out.push(lo * itemsize..(lo + n) * itemsize);
-                } else {
-                    for k in 0..n {
-                        let at = (base + k as isize * s) as usize;
-                        out.push(at * itemsize..(at + 1) * itemsize);
-                    }
+        let l = self.layout()?;
+        let Some(span) = l.span()? else { return Ok(Vec::new()) };
+        // Every element index below lies in the span, whose end in bytes fits `isize`.
+        bytes_of(span.end, itemsize)?;
+        let mut dims: Vec<(usize, isize)> = Vec::new();
+        for (&n, &s) in l.shape().iter().zip(l.strides()) {
+            if n == 1 {
+                continue;
+            }
+            match dims.last_mut() {
+                Some((pn, ps)) if isize::try_from(n).ok().and_then(|n| s.checked_mul(n)) == Some(*ps) => {
+                    *pn *= n;
+                    *ps = s;
                 }
+                _ => dims.push((n, s)),
+            }
+        }
+        let (inner_n, inner_s) = dims.pop().unwrap_or((1, 1));
+        let dense = inner_s.unsigned_abs() == 1;
+        let rows: usize = dims.iter().map(|d| d.0).product();
+        let count = if dense { rows } else { rows.saturating_mul(inner_n) };
+        let mut out = Vec::new();
+        out.try_reserve_exact(count).map_err(|_| Error::OutOfMemory {
+            requested: count.saturating_mul(std::mem::size_of::<Range<usize>>()),
+            available: None,
+            pool: None,
+        })?;
+        // An odometer over the outer axes (last fastest), `at` the row's first element.
+        let mut index = vec![0usize; dims.len()];
+        let mut at = l.offset() as isize;
+        for _ in 0..rows {
+            if dense {
+                let lo = if inner_s < 0 { at - (inner_n as isize - 1) } else { at } as usize;
+                out.push(lo * itemsize..(lo + inner_n) * itemsize);
+            } else {
+                for k in 0..inner_n as isize {
+                    let e = (at + k * inner_s) as usize;
+                    out.push(e * itemsize..(e + 1) * itemsize);
+                }
+            }
+            // Wrapping: past the last row `at` may step outside the span before it is
+            // wound back; the values used above are always inside it.
+            for (i, &(n, s)) in index.iter_mut().zip(&dims).rev() {
+                *i += 1;
+                at = at.wrapping_add(s);
+                if *i < n {
+                    break;
+                }
+                at = at.wrapping_sub(s.wrapping_mul(n as isize));
+                *i = 0;
             }
         }
         Ok(out)
@@ -168,4 +207,12 @@ impl View {
         }
         v.permuted_axes(self.perm.clone())
     }
+}
+
+/// `elements * itemsize`, or an error when it overflows.
+fn bytes_of(elements: usize, itemsize: usize) -> Result<usize> {
+    elements
+        .checked_mul(itemsize)
+        .filter(|&b| b <= isize::MAX as usize)
+        .ok_or_else(|| Error::invalid(format!("{elements} elements of {itemsize} bytes overflow usize")))
 }

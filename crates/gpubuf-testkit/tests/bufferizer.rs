@@ -4,6 +4,8 @@ use gpubuf::bufferizer::{Bufferizer, Input};
 use gpubuf::pool::MemoryPool;
 use gpubuf::{DType, Error, Kernels, NDBuffer, Result};
 use gpubuf_testkit::backend_tests;
+
+mod faulty;
 use ndarray::{Array, Array2, Array3, Axis};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
@@ -255,5 +257,165 @@ backend_tests!(
     views_alias_the_storage,
     double_buffering_never_aliases,
     pool_backed,
-    matches_a_vec_model
+    matches_a_vec_model,
+    append_list_aliasing_input_copies_nothing,
+    append_list_failing_part_way_keeps_len,
+    huge_batch_shape_is_a_capacity_error,
+    failed_allocate_and_take_batch_change_nothing,
+    panicking_hook_stays_registered,
+    hooks_read_but_cannot_reenter
 );
+
+fn f32s<B: Kernels>(a: &NDBuffer<B, f32>) -> Result<Vec<f32>> {
+    a.to_vec()
+}
+
+/// Review item 8: a list whose second element cannot be copied (it is a view of the very
+/// element it would be copied to) copies nothing, not even its first element.
+fn append_list_aliasing_input_copies_nothing<B: Kernels>(b: &B) -> Result<()> {
+    let mut buf = Bufferizer::<B, f32>::new(b, &[2], 4, None)?;
+    buf.append(ndarray::arr1(&[1.0f32, 2.0]).view())?;
+    let whole = buf.view()?;
+    let x = ndarray::arr1(&[7.0f32, 8.0]);
+    let before = f32s(&whole)?;
+    for at in [1usize, 2] {
+        let alias = whole.slice(&[at..at + 1, 0..2])?.reshape(&[2])?;
+        let list = [Input::Host(x.view().into_dyn()), Input::Device(&alias)];
+        assert!(matches!(buf.append_list(&list), Err(Error::InvalidArgument(_))), "at {at}");
+        assert_eq!((buf.len(), f32s(&whole)?), (1, before.clone()), "nothing copied (at {at})");
+    }
+    // A strided view over the storage is refused the same way.
+    let strided = whole.transpose(None)?;
+    assert!(buf.append_multiple(&strided.transpose(None)?.slice(&[1..3, 0..2])?.transpose(None)?).is_err());
+    assert_eq!((buf.len(), f32s(&whole)?), (1, before));
+    // An element already appended is a fine input: it is not written by the append.
+    let first = buf.filled()?.reshape(&[2])?;
+    buf.append_list(&[Input::Device(&first), Input::Host(x.view().into_dyn())])?;
+    assert_eq!(f32s(&buf.filled()?)?, [1., 2., 1., 2., 7., 8.]);
+    Ok(())
+}
+
+/// A driver failure on the k-th copy of a list: `len()` stays, no hook fires, and the next
+/// append overwrites what the failed one left past `len()`.
+fn append_list_failing_part_way_keeps_len<B: Kernels>(b: &B) -> Result<()> {
+    let f = faulty::Faulty::new(b);
+    let log: Arc<Mutex<Vec<String>>> = Arc::default();
+    let mut buf = Bufferizer::<faulty::Faulty<B>, f32>::builder(&f, &[2], 4)
+        .on_append_multiple(logger(&log, "multiple"))
+        .on_full(logger(&log, "full"))
+        .build()?;
+    buf.append(ndarray::arr1(&[1.0f32, 2.0]).view())?;
+    let rows = Array2::from_shape_fn((3, 2), |(i, j)| (10 * i + j) as f32);
+    let list: Vec<Input<'_, faulty::Faulty<B>, f32>> =
+        rows.outer_iter().map(|r| Input::Host(r.into_dyn())).collect();
+    f.fail_after(1);
+    assert!(matches!(buf.append_list(&list), Err(Error::Driver { .. })));
+    f.disarm();
+    assert_eq!(buf.len(), 1);
+    assert!(take(&log).is_empty(), "no hook fires for a failed append");
+    assert_eq!(f32s(&buf.view()?)?[2..4], [0., 1.], "documented: the first copy landed past len()");
+    buf.append_list(&list[1..])?;
+    assert_eq!(f32s(&buf.filled()?)?, [1., 2., 10., 11., 20., 21.]);
+    assert_eq!(take(&log), ["multiple@3"]);
+    // A failed flush keeps len() too.
+    f.fail_after(0);
+    assert!(buf.flush(5.0).is_err());
+    f.disarm();
+    assert_eq!(buf.len(), 3);
+    Ok(())
+}
+
+/// A batch shape at the end of `usize` is a capacity error, not an overflow.
+fn huge_batch_shape_is_a_capacity_error<B: Kernels>(b: &B) -> Result<()> {
+    let mut buf = Bufferizer::<B, f32>::new(b, &[2], 4, None)?;
+    buf.append(ndarray::arr1(&[1.0f32, 2.0]).view())?;
+    for n in [usize::MAX, usize::MAX - 1, 1 << 62] {
+        let raw = Input::Bytes { shape: &[n, 2], dtype: DType::F32, bytes: &[] };
+        assert!(matches!(buf.append_multiple(raw), Err(Error::Capacity { adding, .. }) if adding == n));
+        let raw = Input::Bytes { shape: &[n, 2], dtype: DType::F32, bytes: &[] };
+        assert!(matches!(buf.append(raw), Err(Error::Capacity { .. })));
+    }
+    assert_eq!(buf.len(), 1);
+    buf.append(ndarray::arr1(&[3.0f32, 4.0]).view())?;
+    assert_eq!(f32s(&buf.filled()?)?, [1., 2., 3., 4.]);
+    Ok(())
+}
+
+/// `allocate` and `take_batch` failing (allocation or zero fill) change nothing.
+fn failed_allocate_and_take_batch_change_nothing<B: Kernels>(b: &B) -> Result<()> {
+    let f = faulty::Faulty::new(b);
+    let log: Arc<Mutex<Vec<String>>> = Arc::default();
+    let mut buf = Bufferizer::<faulty::Faulty<B>, f32>::builder(&f, &[2], 2)
+        .on_allocate(logger(&log, "allocate"))
+        .on_flush(logger(&log, "flush"))
+        .build()?;
+    buf.append(ndarray::arr1(&[1.0f32, 2.0]).view())?;
+    for ok_ops in [0, 1] {
+        f.fail_after(ok_ops); // fail the allocation, then the zero fill
+        assert!(buf.allocate().is_err());
+        f.disarm();
+        assert_eq!((buf.len(), f32s(&buf.filled()?)?), (1, vec![1., 2.]));
+        assert!(take(&log).is_empty());
+    }
+    let first = buf.take_batch()?; // the first buffer becomes the spare, still in use
+    buf.append(ndarray::arr1(&[3.0f32, 4.0]).view())?;
+    let spare_mem = first.buffer().memory().clone();
+    for ok_ops in [0, 1] {
+        f.fail_after(ok_ops);
+        assert!(buf.take_batch().is_err());
+        f.disarm();
+        assert_eq!((buf.len(), f32s(&buf.filled()?)?), (1, vec![3., 4.]));
+    }
+    drop(first);
+    let second = buf.take_batch()?;
+    assert_eq!(f32s(&second)?, [3., 4.]);
+    assert!(Arc::ptr_eq(buf.view()?.buffer().memory(), &spare_mem), "the spare survived the failures");
+    buf.allocate()?;
+    assert_eq!(take(&log), ["allocate@0", "flush@0"]);
+    Ok(())
+}
+
+/// A hook that panics stays registered, and the append it followed is complete.
+fn panicking_hook_stays_registered<B: Kernels>(b: &B) -> Result<()> {
+    let calls = Arc::new(Mutex::new(0));
+    let c = calls.clone();
+    let mut buf = Bufferizer::<B, f32>::new(b, &[1], 4, None)?;
+    buf.set_on_append_one(move |_| {
+        *c.lock().unwrap_or_else(|e| e.into_inner()) += 1;
+        panic!("a hook gives up");
+    });
+    let one = ndarray::arr1(&[1.0f32]);
+    for n in 1..=2 {
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| buf.append(one.view())));
+        assert!(r.is_err());
+        assert_eq!(*calls.lock().unwrap_or_else(|e| e.into_inner()), n, "the hook ran again");
+        assert_eq!(buf.len(), n);
+    }
+    buf.clear_hooks();
+    buf.append(one.view())?;
+    assert_eq!(f32s(&buf.filled()?)?, [1., 1., 1.]);
+    Ok(())
+}
+
+/// Hooks see the finished operation through `&Bufferizer` and act after it returns.
+fn hooks_read_but_cannot_reenter<B: Kernels>(b: &B) -> Result<()> {
+    let seen: Arc<Mutex<Vec<Vec<f32>>>> = Arc::default();
+    let s = seen.clone();
+    let mut buf = Bufferizer::<B, f32>::builder(b, &[1], 2)
+        .on_full(move |b| {
+            let data = b.filled().and_then(|f| f.to_vec()).unwrap_or_default();
+            s.lock().unwrap_or_else(|e| e.into_inner()).push(data);
+        })
+        .build()?;
+    for round in 0..3 {
+        buf.append(ndarray::arr1(&[round as f32]).view())?;
+        buf.append(ndarray::arr1(&[round as f32 + 0.5]).view())?;
+        if buf.is_full() {
+            let batch = buf.take_batch()?;
+            assert_eq!(batch.shape(), &[2, 1]);
+        }
+    }
+    let seen = seen.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    assert_eq!(seen, [[0.0, 0.5], [1.0, 1.5], [2.0, 2.5]]);
+    Ok(())
+}

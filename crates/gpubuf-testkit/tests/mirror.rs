@@ -3,6 +3,8 @@
 use gpubuf::mirror::{DirtyPolicy, Mirror, View};
 use gpubuf::{Error, Kernels, Result};
 use gpubuf_testkit::backend_tests;
+
+mod faulty;
 use ndarray::{Array1, Array2, ArrayD, IxDyn};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
@@ -226,5 +228,191 @@ backend_tests!(
     random_writes_sync_exactly,
     many_ranges_use_one_plan,
     device_dirty_and_download,
-    mirror_errors
+    mirror_errors,
+    sync_never_overwrites_device_dirty,
+    many_ranges_split_around_device_dirty,
+    host_write_on_device_dirty_is_a_conflict,
+    mark_device_dirty_rejects_other_arrays,
+    set_with_huge_index_is_out_of_bounds,
+    panicking_write_keeps_its_bytes_pending,
+    failed_transfers_keep_the_dirty_state
 );
+
+fn f32s<B: Kernels>(m: &Mirror<B, f32>) -> Result<(Vec<f32>, Vec<f32>)> {
+    Ok((m.host().iter().copied().collect(), m.device_to_host()?.iter().copied().collect()))
+}
+
+/// Review item 7: an upload widened by the policy (glumpy's hull, a gap) never covers bytes
+/// marked as changed on the device, whichever came first.
+fn sync_never_overwrites_device_dirty<B: Kernels>(b: &B) -> Result<()> {
+    let policies = [DirtyPolicy::hull(), DirtyPolicy { gap: 64, max_ranges: 4 }, DirtyPolicy::exact()];
+    for device_first in [true, false] {
+        for policy in policies {
+            let mut m = Mirror::new(b, Array1::<f32>::zeros(16).into_dyn().view(), policy, None)?;
+            let e8 = m.view(&[8..9])?;
+            let device_work = |m: &mut Mirror<B, f32>| -> Result<()> {
+                m.device().set(&[8], 5.0)?;
+                m.mark_device_dirty(&e8)
+            };
+            if device_first {
+                device_work(&mut m)?;
+            }
+            m.set(&[0], 1.0)?;
+            m.set(&[15], 2.0)?;
+            if !device_first {
+                device_work(&mut m)?;
+            }
+            let t = m.sync()?;
+            assert!(t.ranges.iter().all(|r| r.end <= 32 || r.start >= 36), "{policy:?}: {:?}", t.ranges);
+            m.download()?;
+            let mut want = vec![0.0f32; 16];
+            (want[0], want[8], want[15]) = (1.0, 5.0, 2.0);
+            assert_eq!(f32s(&m)?, (want.clone(), want), "{policy:?}, device first: {device_first}");
+            assert!(!m.is_dirty() && m.device_pending().is_empty());
+        }
+    }
+    // upload_all (the untracked upload) also leaves device-dirty bytes alone.
+    let mut m = Mirror::new(b, Array1::<f32>::zeros(16).into_dyn().view(), DirtyPolicy::hull(), None)?;
+    m.device().set(&[3], 4.0)?;
+    m.mark_device_dirty(&m.view(&[3..4])?)?;
+    m.set(&[2], 1.0)?;
+    let t = m.upload_all()?;
+    assert_eq!((t.ranges, t.bytes), (vec![0..12, 16..64], 60));
+    m.download()?;
+    assert_eq!(m.host()[[3]], 4.0);
+    assert_eq!(f32s(&m)?.0, f32s(&m)?.1);
+    Ok(())
+}
+
+/// The staging path (past 16 ranges) splits around device-dirty bytes too.
+fn many_ranges_split_around_device_dirty<B: Kernels>(b: &B) -> Result<()> {
+    let mut m = Mirror::new(b, Array1::<f32>::zeros(200).into_dyn().view(), DirtyPolicy::hull(), None)?;
+    let mut want = vec![0.0f32; 200];
+    for k in 0..50 {
+        m.device().set(&[4 * k + 2], 100.0 + k as f32)?;
+        m.mark_device_dirty(&m.view(&[4 * k + 2..4 * k + 3])?)?;
+        want[4 * k + 2] = 100.0 + k as f32;
+    }
+    for k in 0..50 {
+        m.set(&[4 * k], k as f32)?;
+        want[4 * k] = k as f32;
+    }
+    let t = m.sync()?;
+    assert_eq!((t.ranges.len(), t.commands, t.bytes), (50, 2, 4 * (197 - 49)));
+    let d = m.download()?;
+    assert_eq!(d.bytes, 200);
+    assert_eq!(f32s(&m)?, (want.clone(), want));
+    Ok(())
+}
+
+fn is_conflict(r: &Result<()>) -> bool {
+    matches!(r, Err(Error::InvalidArgument(s)) if s.contains("conflict"))
+}
+
+/// The host writing bytes the device changed (and that were not downloaded) is a typed
+/// conflict that changes nothing: the host's copy of them is stale.
+fn host_write_on_device_dirty_is_a_conflict<B: Kernels>(b: &B) -> Result<()> {
+    let mut m = Mirror::new(b, Array1::<i32>::zeros(16).into_dyn().view(), DirtyPolicy::exact(), None)?;
+    m.device().set(&[8], 5)?;
+    m.mark_device_dirty(&m.view(&[8..9])?)?;
+    m.set(&[0], 1)?;
+    let state = |m: &Mirror<B, i32>| (m.host().to_owned(), m.pending(), m.device_pending());
+    let before = state(&m);
+    let around = m.view(&[6..10])?;
+    assert!(is_conflict(&m.set(&[8], 7)));
+    assert!(is_conflict(&m.fill(&around, 3)));
+    assert!(is_conflict(&m.add_assign(&m.full(), 1)));
+    assert!(is_conflict(&m.copy_from(&around, ndarray::arr1(&[1, 2, 3, 4]).into_dyn().view())));
+    let mut called = false;
+    assert!(is_conflict(&m.write(&around.flip(0)?, |_| called = true)));
+    assert!(!called, "the closure does not run");
+    assert_eq!(state(&m), before, "a conflict changes nothing");
+    // Bytes next to the device-dirty ones are free.
+    m.fill(&m.view(&[9..12])?, 2)?;
+    // After the download the device's bytes are on the host and writable.
+    m.download()?;
+    assert_eq!(m.host()[[8]], 5);
+    m.add_assign(&m.view(&[8..9])?, 1)?;
+    m.sync()?;
+    assert_eq!(m.device().get(&[8])?, 6);
+    assert_eq!(m.device_to_host()?, m.host().to_owned());
+    // The other order has a documented winner: marking bytes the host wrote and did not
+    // upload drops those host writes (the device work came later).
+    m.set(&[3], 1)?;
+    m.device().set(&[3], 9)?;
+    m.mark_device_dirty(&m.view(&[3..4])?)?;
+    assert!(m.pending().is_empty());
+    m.sync()?;
+    m.download()?;
+    assert_eq!((m.host()[[3]], m.device().get(&[3])?), (9, 9));
+    Ok(())
+}
+
+/// Review item 9: a view of another array is refused, as by `write`.
+fn mark_device_dirty_rejects_other_arrays<B: Kernels>(b: &B) -> Result<()> {
+    let mut m = Mirror::new(b, Array2::<f32>::zeros((4, 4)).into_dyn().view(), DirtyPolicy::exact(), None)?;
+    let other = View::full(&[2, 8]).slice(&[1..2, 0..8])?;
+    assert!(matches!(m.mark_device_dirty(&other), Err(Error::ShapeMismatch { .. })));
+    assert!(matches!(m.mark_device_dirty(&View::full(&[16])), Err(Error::ShapeMismatch { .. })));
+    assert!(m.device_pending().is_empty(), "nothing marked");
+    m.mark_device_dirty(&m.view(&[1..2, 0..4])?)?;
+    assert_eq!(m.device_pending(), vec![16..32]);
+    Ok(())
+}
+
+/// `set` with an index at the end of `usize` is out of bounds, not an overflow.
+fn set_with_huge_index_is_out_of_bounds<B: Kernels>(b: &B) -> Result<()> {
+    let mut m = Mirror::new(b, Array1::<u8>::zeros(4).into_dyn().view(), DirtyPolicy::exact(), None)?;
+    assert!(matches!(m.set(&[usize::MAX], 1), Err(Error::OutOfBounds { .. })));
+    let mut m2 = Mirror::new(b, Array2::<u8>::zeros((2, 3)).into_dyn().view(), DirtyPolicy::hull(), None)?;
+    assert!(matches!(m2.set(&[1, usize::MAX], 1), Err(Error::OutOfBounds { .. })));
+    assert!(!m.is_dirty() && !m2.is_dirty());
+    m.set(&[3], 7)?;
+    m.sync()?;
+    assert_eq!(m.device().to_vec()?, [0, 0, 0, 7]);
+    Ok(())
+}
+
+/// A write closure that panics half-way leaves its bytes pending, so the next sync still
+/// brings the device level with the host.
+fn panicking_write_keeps_its_bytes_pending<B: Kernels>(b: &B) -> Result<()> {
+    let mut m = Mirror::new(b, Array1::<i32>::zeros(16).into_dyn().view(), DirtyPolicy::exact(), None)?;
+    let v = m.view(&[4..8])?;
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        m.write(&v, |mut a| {
+            a[[0]] = 1;
+            panic!("a write closure gives up half-way");
+        })
+    }));
+    assert!(r.is_err());
+    assert_eq!(m.host()[[4]], 1);
+    assert_eq!(m.pending(), vec![16..32]);
+    m.sync()?;
+    assert_eq!(m.device_to_host()?, m.host().to_owned());
+    Ok(())
+}
+
+/// A sync or download failing part-way keeps every range marked; retrying finishes it.
+fn failed_transfers_keep_the_dirty_state<B: Kernels>(b: &B) -> Result<()> {
+    let f = faulty::Faulty::new(b);
+    for n in [3usize, 40] {
+        let mut m = Mirror::new(&f, Array1::<i32>::zeros(200).into_dyn().view(), DirtyPolicy::exact(), None)?;
+        for k in 0..n {
+            m.set(&[k * 4], k as i32 + 1)?;
+            m.device().set(&[k * 4 + 2], -(k as i32))?;
+            m.mark_device_dirty(&m.view(&[k * 4 + 2..k * 4 + 3])?)?;
+        }
+        let (pending, device_pending) = (m.pending(), m.device_pending());
+        f.fail_after(1);
+        assert!(matches!(m.sync(), Err(Error::Driver { .. })));
+        assert!(matches!(m.download(), Err(Error::Driver { .. })));
+        f.disarm();
+        assert_eq!((m.pending(), m.device_pending()), (pending, device_pending));
+        m.sync()?;
+        m.download()?;
+        assert!(!m.is_dirty() && m.device_pending().is_empty());
+        assert_eq!(m.device_to_host()?, m.host().to_owned());
+        assert_eq!(m.host()[[(n - 1) * 4 + 2]], -(n as i32 - 1));
+    }
+    Ok(())
+}
