@@ -4,12 +4,14 @@ use crate::memory::CpuMemory;
 use gpubuf_core::{DeviceMemory, Element, Error, Layout, Result};
 use ndarray::{ArrayViewD, ArrayViewMutD, Axis, IxDyn, ShapeBuilder};
 
-/// A view re-expressed with non-negative strides: the element where it starts, its shape,
-/// the absolute strides, and the axes to invert afterwards.
+/// A non-empty view re-expressed with non-negative strides: the element where it starts
+/// (its lowest storage index), its shape, the absolute strides, and the axes to invert
+/// afterwards.
 type Positive = (usize, Vec<usize>, Vec<usize>, Vec<usize>);
 
-/// Checks `layout` against the allocation and returns it with non-negative strides.
-fn positive<T: Element>(mem: &CpuMemory, layout: &Layout) -> Result<Positive> {
+/// Checks `layout` against the allocation; returns `None` for an empty view (it addresses
+/// nothing, whatever its offset and strides), else the view with non-negative strides.
+fn positive<T: Element>(mem: &CpuMemory, layout: &Layout) -> Result<Option<Positive>> {
     let size = std::mem::size_of::<T>();
     if mem.len() % size != 0 {
         return Err(Error::invalid(format!(
@@ -18,58 +20,65 @@ fn positive<T: Element>(mem: &CpuMemory, layout: &Layout) -> Result<Positive> {
         )));
     }
     layout.check_fits(mem.len() / size)?;
-    let mut start = layout.offset() as isize;
-    let mut strides = Vec::with_capacity(layout.ndim());
-    let mut flips = Vec::new();
-    for (ax, (&n, &s)) in layout.shape().iter().zip(layout.strides()).enumerate() {
-        if s < 0 && n > 0 {
-            start += (n as isize - 1) * s;
-            flips.push(ax);
-        }
-        strides.push(s.unsigned_abs());
-    }
-    Ok((start.max(0) as usize, layout.shape().to_vec(), strides, flips))
+    let Some(span) = layout.span()? else { return Ok(None) };
+    // The lowest element is where the view starts once every negative axis is inverted.
+    let strides = layout.strides().iter().map(|s| s.unsigned_abs()).collect();
+    let flips = (0..layout.ndim()).filter(|&ax| layout.strides()[ax] < 0).collect();
+    Ok(Some((span.start, layout.shape().to_vec(), strides, flips)))
 }
 
 /// Runs `f` on a zero-copy view of `layout` in `mem`, holding the allocation's lock.
 ///
 /// # Errors
-/// [`Error::OutOfBounds`] when the layout reaches outside the allocation.
+/// [`Error::OutOfBounds`] when the layout reaches outside the allocation;
+/// [`Error::InvalidArgument`] when the allocation is not whole elements, or when called
+/// from inside a closure that already holds `mem` (see [`CpuMemory::with_bytes`]).
 pub fn with_array<T: Element, R>(
     mem: &CpuMemory,
     layout: &Layout,
     f: impl FnOnce(ArrayViewD<'_, T>) -> R,
 ) -> Result<R> {
-    let (start, shape, strides, flips) = positive::<T>(mem, layout)?;
-    Ok(mem.with_bytes(|bytes| {
+    let Some((start, shape, strides, flips)) = positive::<T>(mem, layout)? else {
+        // Empty: no pointer is formed, but the lock is still taken, as for any view.
+        let view = ArrayViewD::from_shape(IxDyn(layout.shape()), &[])
+            .map_err(|e| Error::invalid(format!("empty view: {e}")))?;
+        return mem.with_bytes(|_| f(view));
+    };
+    mem.with_bytes(|bytes| {
         let base = bytes.as_ptr() as *const T;
-        // SAFETY: `check_fits` proved every element of the view inside the allocation;
-        // the allocation is aligned to 64 bytes so `T` reads are aligned; the lock is held
-        // for the view's lifetime (it does not escape `f`).
+        // SAFETY: `check_fits` proved every element of the view inside the allocation, and
+        // `start` is the view's lowest element, so `base.add(start)` stays inside it and
+        // every index reached from it with the absolute strides too; the allocation is
+        // aligned to 64 bytes so `T` reads are aligned; the lock is held for the view's
+        // lifetime (it does not escape `f`).
         let mut view =
             unsafe { ArrayViewD::from_shape_ptr(IxDyn(&shape).strides(IxDyn(&strides)), base.add(start)) };
         for ax in flips {
             view.invert_axis(Axis(ax));
         }
         f(view)
-    }))
+    })
 }
 
 /// Runs `f` on a mutable zero-copy view of `layout` in `mem`, holding the allocation's lock.
 ///
 /// # Errors
-/// [`Error::OutOfBounds`] when the layout reaches outside the allocation;
-/// [`Error::InvalidArgument`] when the view addresses an element twice (zero or overlapping strides).
+/// As [`with_array`], plus [`Error::InvalidArgument`] when the view addresses an element
+/// twice (zero or overlapping strides).
 pub fn with_array_mut<T: Element, R>(
     mem: &CpuMemory,
     layout: &Layout,
     f: impl FnOnce(ArrayViewMutD<'_, T>) -> R,
 ) -> Result<R> {
-    let (start, shape, strides, flips) = positive::<T>(mem, layout)?;
+    let Some((start, shape, strides, flips)) = positive::<T>(mem, layout)? else {
+        let view = ArrayViewMutD::from_shape(IxDyn(layout.shape()), &mut [])
+            .map_err(|e| Error::invalid(format!("empty view: {e}")))?;
+        return mem.with_bytes_mut(|_| f(view));
+    };
     if !unique_elements(&shape, &strides) {
         return Err(Error::invalid("a mutable view may not address an element twice"));
     }
-    Ok(mem.with_bytes_mut(|bytes| {
+    mem.with_bytes_mut(|bytes| {
         let base = bytes.as_mut_ptr() as *mut T;
         // SAFETY: as in `with_array`, plus every element is addressed once (checked above)
         // and we hold the only mutable access through the lock.
@@ -79,11 +88,12 @@ pub fn with_array_mut<T: Element, R>(
             view.invert_axis(Axis(ax));
         }
         f(view)
-    }))
+    })
 }
 
 /// Whether non-negative strides address each element once: sorted by stride, each stride
-/// must exceed the reach of all smaller ones (a sufficient condition).
+/// must exceed the reach of all smaller ones (a sufficient condition). The reaches of a
+/// view inside its allocation sum to less than its length: the sum never saturates.
 fn unique_elements(shape: &[usize], strides: &[usize]) -> bool {
     let mut dims: Vec<(usize, usize)> =
         shape.iter().copied().zip(strides.iter().copied()).filter(|&(n, _)| n > 1).collect();
@@ -93,7 +103,7 @@ fn unique_elements(shape: &[usize], strides: &[usize]) -> bool {
         if s <= reach {
             return false;
         }
-        reach += (n - 1) * s;
+        reach = reach.saturating_add((n - 1).saturating_mul(s));
     }
     true
 }

@@ -87,7 +87,7 @@ impl Allocator for CpuBackend {
         let text = std::fs::read_to_string("/proc/meminfo").ok()?;
         let field = |name: &str| -> Option<u64> {
             let line = text.lines().find(|l| l.starts_with(name))?;
-            line.split_whitespace().nth(1)?.parse::<u64>().ok().map(|kib| kib * 1024)
+            line.split_whitespace().nth(1)?.parse::<u64>().ok()?.checked_mul(1024)
         };
         Some(MemoryInfo { free: field("MemAvailable:")?, total: field("MemTotal:")? })
     }
@@ -136,15 +136,15 @@ impl Backend for CpuBackend {
     fn write(&self, _stream: &CpuStream, dst: &CpuMemory, offset: usize, src: &[u8]) -> Result<()> {
         MemRef::new(dst, offset, src.len())?;
         let _span = tracing::trace_span!("cpu.write", bytes = src.len()).entered();
-        dst.with_bytes_mut(|d| d[offset..offset + src.len()].copy_from_slice(src));
-        Ok(())
+        // In bounds: `MemRef::new` checked `offset + src.len()` against the allocation.
+        dst.with_bytes_mut(|d| d[offset..offset + src.len()].copy_from_slice(src))
     }
 
     fn read(&self, _stream: &CpuStream, src: &CpuMemory, offset: usize, dst: &mut [u8]) -> Result<()> {
         MemRef::new(src, offset, dst.len())?;
         let _span = tracing::trace_span!("cpu.read", bytes = dst.len()).entered();
-        src.with_bytes(|s| dst.copy_from_slice(&s[offset..offset + dst.len()]));
-        Ok(())
+        // In bounds: `MemRef::new` checked `offset + dst.len()` against the allocation.
+        src.with_bytes(|s| dst.copy_from_slice(&s[offset..offset + dst.len()]))
     }
 
     fn copy(
@@ -156,7 +156,7 @@ impl Backend for CpuBackend {
     ) -> Result<()> {
         check_copy(&src, dst, dst_offset)?;
         let _span = tracing::trace_span!("cpu.copy", bytes = src.len).entered();
-        let (_guards, ptrs) = lock_all(&[src.memory, dst]);
+        let (_guards, ptrs) = lock_all(&[src.memory, dst])?;
         // SAFETY: both ranges were checked inside their allocations and not to overlap;
         // the locks of both allocations are held.
         unsafe { par_memcpy(ptrs[1].add(dst_offset), ptrs[0].add(src.offset), src.len) };
@@ -167,16 +167,17 @@ impl Backend for CpuBackend {
         check_fill(&dst, pattern)?;
         let _span = tracing::trace_span!("cpu.fill", bytes = dst.len).entered();
         dst.memory.with_bytes_mut(|d| {
+            // In bounds and whole patterns: `check_fill` checked both.
             let range = &mut d[dst.offset..dst.offset + dst.len];
-            if pattern.iter().all(|&b| b == pattern[0]) {
-                range.fill(pattern[0]);
-            } else {
-                for chunk in range.chunks_exact_mut(pattern.len()) {
-                    chunk.copy_from_slice(pattern);
+            match pattern {
+                [first, rest @ ..] if rest.iter().all(|b| b == first) => range.fill(*first),
+                _ => {
+                    for chunk in range.chunks_exact_mut(pattern.len()) {
+                        chunk.copy_from_slice(pattern);
+                    }
                 }
             }
-        });
-        Ok(())
+        })
     }
 
     fn record_event(&self, _stream: &CpuStream) -> Result<CpuEvent> {
@@ -216,8 +217,7 @@ impl Kernels for CpuBackend {
     ) -> Result<()> {
         check_plan_args(&plan.plan, plan.dtype, sources, dst)?;
         let _span = tracing::trace_span!("cpu.gather", elements = plan.plan.total()).entered();
-        run(plan, sources, dst, Direction::Gather);
-        Ok(())
+        run(plan, sources, dst, Direction::Gather)
     }
 
     fn scatter(
@@ -229,15 +229,19 @@ impl Kernels for CpuBackend {
     ) -> Result<()> {
         check_scatter_args(&plan.plan, plan.dtype, targets, src)?;
         let _span = tracing::trace_span!("cpu.scatter", elements = plan.plan.total()).entered();
-        run(plan, targets, src, Direction::Scatter);
-        Ok(())
+        run(plan, targets, src, Direction::Scatter)
     }
 }
 
-fn run(plan: &CpuPlan, arrays: &[MemRef<'_, CpuMemory>], buffer: MemRef<'_, CpuMemory>, dir: Direction) {
+fn run(
+    plan: &CpuPlan,
+    arrays: &[MemRef<'_, CpuMemory>],
+    buffer: MemRef<'_, CpuMemory>,
+    dir: Direction,
+) -> Result<()> {
     let mut mems: Vec<&CpuMemory> = arrays.iter().map(|a| a.memory).collect();
     mems.push(buffer.memory);
-    let (_guards, ptrs) = lock_all(&mems);
+    let (_guards, ptrs) = lock_all(&mems)?;
     // SAFETY: `check_plan_args` proved every range inside its allocation, long enough for
     // the plan, aligned to the dtype, and the buffer disjoint from the arrays; for scatter
     // the targets are disjoint and the plan writes each element once. The locks of every
@@ -247,4 +251,5 @@ fn run(plan: &CpuPlan, arrays: &[MemRef<'_, CpuMemory>], buffer: MemRef<'_, CpuM
         let buf = ptrs[arrays.len()].add(buffer.offset);
         execute(&plan.plan, plan.dtype, &array_ptrs, buf, dir);
     }
+    Ok(())
 }

@@ -53,7 +53,12 @@ pub(crate) fn map(len: usize) -> Option<(NonNull<u8>, usize)> {
         return None;
     }
     let base = raw as usize;
-    let start = base.next_multiple_of(HUGE_PAGE);
+    // `start - base < HUGE_PAGE`, so the head and tail lengths below cannot underflow.
+    let Some(start) = base.checked_next_multiple_of(HUGE_PAGE) else {
+        // SAFETY: the whole mapping just made, which nothing refers to.
+        unsafe { libc::munmap(raw, reserve) };
+        return None;
+    };
     let (head, tail) = (start - base, reserve - (start - base) - size);
     // SAFETY: the head `[base, start)` and the tail `[start + size, base + reserve)` lie in
     // the mapping just made, which nothing else refers to; the madvise range is the rest.
@@ -115,12 +120,14 @@ mod tests {
                         "huge mappings start on a 2 MiB boundary"
                     );
                 }
-            });
+            })
+            .unwrap();
             m.with_bytes_mut(|b| {
                 b[0] = 1;
                 b[len - 1] = 2;
-            });
-            m.with_bytes(|b| assert_eq!((b[0], b[len - 1]), (1, 2)));
+            })
+            .unwrap();
+            m.with_bytes(|b| assert_eq!((b[0], b[len - 1]), (1, 2))).unwrap();
         }
     }
 }

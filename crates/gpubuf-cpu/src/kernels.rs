@@ -57,6 +57,10 @@ pub(crate) struct Job {
     pub(crate) negate: bool,
 }
 
+/// Arithmetic in jobs and rows stays in `isize` without wrapping: [`CopyPlan::new`] keeps
+/// every length and element index of a plan at most `isize::MAX`, so products of extents
+/// (at most a segment's length) and every position inside a box or its buffer range fit,
+/// and the row walk ([`crate::rows`]) only forms positions inside them.
 impl Job {
     fn new(s: &Segment) -> Self {
         let e = s.extents;
@@ -103,8 +107,10 @@ impl Job {
         let mut d = axes.len();
         while d >= 2 {
             let (outer, inner) = (axes[d - 2], axes[d - 1]);
+            // `span * stride` may leave the box (and isize): then it matches nothing.
             let span = inner.0 as isize;
-            if outer.1 == span * inner.1 && outer.2 == span * inner.2 {
+            let dense = |outer: isize, inner: isize| span.checked_mul(inner) == Some(outer);
+            if dense(outer.1, inner.1) && dense(outer.2, inner.2) {
                 axes[d - 1] = (outer.0 * inner.0, inner.1, inner.2);
                 axes.remove(d - 2);
             }
@@ -162,7 +168,9 @@ pub(crate) unsafe fn execute(
     let float = dtype.is_float();
     let jobs: Vec<Job> = plan.segments().iter().filter(|s| !s.is_empty()).map(Job::new).collect();
     let units = work_units(&jobs);
-    let stream = dir == Direction::Gather && plan.total() * dtype.size() >= crate::rows::STREAM_FROM;
+    // The plan's bytes fit the buffer (`check_plan_args`): the product never saturates.
+    let bytes = plan.total().saturating_mul(dtype.size());
+    let stream = dir == Direction::Gather && bytes >= crate::rows::STREAM_FROM;
     let run = |&u: &Unit| {
         let j = &jobs[u.0];
         let a = arrays[j.source];
@@ -178,7 +186,7 @@ pub(crate) unsafe fn execute(
             }
         }
     };
-    if plan.total() * dtype.size() < SERIAL_BELOW {
+    if bytes < SERIAL_BELOW {
         units.iter().for_each(run);
     } else {
         units.par_iter().for_each(run);

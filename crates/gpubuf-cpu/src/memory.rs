@@ -4,12 +4,29 @@
 //! shared on a GPU. To keep that free of data races in Rust's sense, every operation holds
 //! the allocation's lock while it touches the bytes; operations on several allocations
 //! take the locks in address order, so they cannot deadlock.
+//!
+//! A closure given to [`CpuMemory::with_bytes`] (or `with_array`) runs with the lock held
+//! and may call the backend again. Each thread records the locks it holds, so such a call
+//! never deadlocks:
+//! * on an allocation the thread already holds, it fails with
+//!   [`Error::InvalidArgument`] (re-entrant access would alias the closure's slice);
+//! * on an allocation ordered after every lock the thread holds, it waits as usual (the
+//!   address order is kept);
+//! * on one ordered before, it only tries the lock, and fails with
+//!   [`Error::InvalidArgument`] when another thread holds it (waiting there could close a
+//!   cycle). Calling from outside the closure avoids both errors.
 
 use gpubuf_core::{DeviceMemory, Error, Result};
 use parking_lot::{Mutex, MutexGuard};
 use std::alloc::{alloc_zeroed, dealloc, Layout};
+use std::cell::RefCell;
 use std::fmt;
 use std::ptr::NonNull;
+
+thread_local! {
+    /// Ids of the allocations whose locks this thread holds.
+    static HELD: RefCell<Vec<usize>> = const { RefCell::new(Vec::new()) };
+}
 
 /// Alignment of every CPU allocation, in bytes.
 pub const ALIGN: usize = 64;
@@ -64,21 +81,58 @@ impl CpuMemory {
         Ok(CpuMemory { ptr, len, mapped: 0, lock: Mutex::new(()) })
     }
 
-    /// Locks the allocation for exclusive access.
-    pub(crate) fn lock(&self) -> Locked<'_> {
-        Locked { mem: self, _guard: self.lock.lock() }
+    /// Locks the allocation for exclusive access, by the rules in the module docs.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when this thread already holds the lock, or when it holds
+    /// a lock ordered after this one and another thread holds this one.
+    pub(crate) fn lock(&self) -> Result<Locked<'_>> {
+        let id = self.id();
+        // Outside a thread's lifetime (thread-local destructors) nothing is recorded: the
+        // thread holds no lock then, so waiting is safe.
+        let (mine, highest) = HELD
+            .try_with(|h| {
+                let h = h.borrow();
+                (h.contains(&id), h.iter().copied().max())
+            })
+            .unwrap_or((false, None));
+        if mine {
+            return Err(Error::invalid(format!(
+                "re-entrant access to CPU allocation {id:#x}: this thread already holds it (a backend \
+                 call from inside with_bytes/with_array on the same allocation)"
+            )));
+        }
+        let guard = match highest {
+            Some(top) if top > id => self.lock.try_lock().ok_or_else(|| {
+                Error::invalid(format!(
+                    "CPU allocation {id:#x} is busy on another thread and this thread holds a later \
+                     lock (inside with_bytes/with_array): waiting could deadlock; call from outside \
+                     the closure"
+                ))
+            })?,
+            _ => self.lock.lock(),
+        };
+        let _ = HELD.try_with(|h| h.borrow_mut().push(id));
+        Ok(Locked { mem: self, _guard: guard })
     }
 
     /// Runs `f` on the bytes while holding the lock.
-    pub fn with_bytes<R>(&self, f: impl FnOnce(&[u8]) -> R) -> R {
-        let l = self.lock();
-        f(l.bytes())
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when called from inside a closure that already holds this
+    /// allocation (see the module docs); `f` does not run then.
+    pub fn with_bytes<R>(&self, f: impl FnOnce(&[u8]) -> R) -> Result<R> {
+        let l = self.lock()?;
+        Ok(f(l.bytes()))
     }
 
     /// Runs `f` on the bytes, mutably, while holding the lock.
-    pub fn with_bytes_mut<R>(&self, f: impl FnOnce(&mut [u8]) -> R) -> R {
-        let mut l = self.lock();
-        f(l.bytes_mut())
+    ///
+    /// # Errors
+    /// As [`CpuMemory::with_bytes`].
+    pub fn with_bytes_mut<R>(&self, f: impl FnOnce(&mut [u8]) -> R) -> Result<R> {
+        let mut l = self.lock()?;
+        Ok(f(l.bytes_mut()))
     }
 }
 
@@ -110,6 +164,18 @@ pub(crate) struct Locked<'a> {
     _guard: MutexGuard<'a, ()>,
 }
 
+impl Drop for Locked<'_> {
+    fn drop(&mut self) {
+        let id = self.mem.id();
+        let _ = HELD.try_with(|h| {
+            let mut h = h.borrow_mut();
+            if let Some(at) = h.iter().rposition(|&x| x == id) {
+                h.swap_remove(at);
+            }
+        });
+    }
+}
+
 impl Locked<'_> {
     pub(crate) fn bytes(&self) -> &[u8] {
         // SAFETY: ptr/len describe our live allocation; the lock excludes other accessors.
@@ -123,12 +189,16 @@ impl Locked<'_> {
 }
 
 /// Locks every distinct allocation among `mems` in address order; returns the guards and,
-/// for each input, the base pointer of its allocation.
-pub(crate) fn lock_all<'a>(mems: &[&'a CpuMemory]) -> (Vec<Locked<'a>>, Vec<*mut u8>) {
+/// for each input, the base pointer of its allocation. On an error the locks taken so far
+/// are released.
+///
+/// # Errors
+/// As [`CpuMemory::lock`].
+pub(crate) fn lock_all<'a>(mems: &[&'a CpuMemory]) -> Result<(Vec<Locked<'a>>, Vec<*mut u8>)> {
     let mut order: Vec<&CpuMemory> = mems.to_vec();
     order.sort_by_key(|m| m.id());
     order.dedup_by_key(|m| m.id());
-    let guards: Vec<Locked<'a>> = order.iter().map(|m| m.lock()).collect();
+    let guards: Vec<Locked<'a>> = order.iter().map(|m| m.lock()).collect::<Result<_>>()?;
     let ptrs = mems.iter().map(|m| m.ptr.as_ptr()).collect();
-    (guards, ptrs)
+    Ok((guards, ptrs))
 }

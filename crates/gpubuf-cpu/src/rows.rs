@@ -79,24 +79,34 @@ impl Cursor {
         Cursor { i1, i2, pa: j.array_off + start(&j.sa), pb: j.buffer_off + start(&j.sb) }
     }
 
-    /// Steps to the next row, carrying across the outer extents.
+    /// Steps to the next row (which must exist), carrying across the outer extents. Every
+    /// intermediate position is a row start inside the box and its buffer range (back to
+    /// the first row of the axis before moving on), so no sum leaves `isize`.
     #[inline(always)]
     fn step(&mut self, j: &Job) {
         let [_, e1, e2, _] = j.ext;
         self.i2 += 1;
-        self.pa += j.sa[2];
-        self.pb += j.sb[2];
-        if self.i2 == e2 {
-            self.i2 = 0;
-            self.pa += j.sa[1] - e2 as isize * j.sa[2];
-            self.pb += j.sb[1] - e2 as isize * j.sb[2];
-            self.i1 += 1;
-            if self.i1 == e1 {
-                self.i1 = 0;
-                self.pa += j.sa[0] - e1 as isize * j.sa[1];
-                self.pb += j.sb[0] - e1 as isize * j.sb[1];
-            }
+        if self.i2 < e2 {
+            self.pa += j.sa[2];
+            self.pb += j.sb[2];
+            return;
         }
+        let back2 = (e2 - 1) as isize;
+        self.i2 = 0;
+        self.pa -= back2 * j.sa[2];
+        self.pb -= back2 * j.sb[2];
+        self.i1 += 1;
+        if self.i1 < e1 {
+            self.pa += j.sa[1];
+            self.pb += j.sb[1];
+            return;
+        }
+        let back1 = (e1 - 1) as isize;
+        self.i1 = 0;
+        self.pa -= back1 * j.sa[1];
+        self.pb -= back1 * j.sb[1];
+        self.pa += j.sa[0];
+        self.pb += j.sb[0];
     }
 }
 

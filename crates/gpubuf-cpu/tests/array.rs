@@ -38,3 +38,24 @@ fn mutable_views_write_through_and_refuse_aliasing() {
     let outside = Layout::new(vec![4, 4], vec![4, 1], 0).unwrap();
     assert!(with_array::<i32, _>(&mem, &outside, |_| ()).is_err());
 }
+
+#[test]
+fn empty_views_at_any_offset_form_no_pointer() {
+    let (_cpu, mem) = setup();
+    // Empty views address nothing, whatever their offset and strides: no pointer into (or
+    // past) the allocation is formed for them.
+    for layout in [
+        Layout::new(vec![0], vec![1], usize::MAX).unwrap(),
+        Layout::new(vec![0], vec![1], 1 << 40).unwrap(),
+        Layout::new(vec![3, 0], vec![isize::MIN, isize::MAX], usize::MAX / 2).unwrap(),
+        Layout::new(vec![0, 5], vec![1, -(1 << 40)], 12).unwrap(),
+    ] {
+        let n = with_array::<i32, _>(&mem, &layout, |v| (v.len(), v.shape().to_vec())).unwrap();
+        assert_eq!(n, (0, layout.shape().to_vec()));
+        let n = with_array_mut::<i32, _>(&mem, &layout, |v| v.len()).unwrap();
+        assert_eq!(n, 0);
+    }
+    // The allocation is still usable afterwards.
+    let c = Layout::contiguous(&[12], Order::C).unwrap();
+    assert_eq!(with_array::<i32, _>(&mem, &c, |v| v.sum()).unwrap(), 66);
+}

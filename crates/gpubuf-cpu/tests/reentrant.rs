@@ -1,0 +1,112 @@
+//! Backend calls from inside a `with_array` / `with_bytes` closure: an error where waiting
+//! could deadlock, never a hang; the allocation stays usable afterwards.
+
+use gpubuf_core::{Allocator, Backend, DeviceMemory, Error, Layout, MemRef, Order};
+use gpubuf_cpu::{with_array, with_array_mut, CpuBackend, CpuMemory};
+use std::sync::mpsc;
+use std::time::Duration;
+
+/// Runs `f` on another thread; fails the test if it has not returned within 20 s (a
+/// deadlock) instead of hanging the suite.
+fn within_time<R: Send + 'static>(f: impl FnOnce() -> R + Send + 'static) -> R {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(Duration::from_secs(20)).expect("the call deadlocked")
+}
+
+fn filled(cpu: &CpuBackend, n: usize) -> CpuMemory {
+    let mem = cpu.allocate(n).unwrap();
+    let bytes: Vec<u8> = (0..n as u8).collect();
+    cpu.write(cpu.default_stream(), &mem, 0, &bytes).unwrap();
+    mem
+}
+
+#[test]
+fn reentrant_calls_on_the_same_allocation_are_errors() {
+    within_time(|| {
+        let cpu = CpuBackend::new();
+        let s = cpu.default_stream();
+        let mem = filled(&cpu, 16);
+        let all = Layout::contiguous(&[16], Order::C).unwrap();
+        // Write, read, fill and copy into the allocation a view of it is borrowed from.
+        let r = with_array::<u8, _>(&mem, &all, |_| cpu.write(s, &mem, 0, &[9])).unwrap();
+        assert!(matches!(r, Err(Error::InvalidArgument(_))), "{r:?}");
+        let r = with_array::<u8, _>(&mem, &all, |_| cpu.read(s, &mem, 0, &mut [0u8; 4])).unwrap();
+        assert!(matches!(r, Err(Error::InvalidArgument(_))), "{r:?}");
+        let r = with_array_mut::<u8, _>(&mem, &all, |_| cpu.fill(s, MemRef::whole(&mem), &[1])).unwrap();
+        assert!(matches!(r, Err(Error::InvalidArgument(_))), "{r:?}");
+        let other = cpu.allocate(16).unwrap();
+        let r = with_array::<u8, _>(&mem, &all, |_| cpu.copy(s, MemRef::whole(&other), &mem, 0)).unwrap();
+        assert!(matches!(r, Err(Error::InvalidArgument(_))), "{r:?}");
+        // A nested view of the same allocation.
+        let r = with_array::<u8, _>(&mem, &all, |_| with_array::<u8, _>(&mem, &all, |v| v.sum()));
+        assert!(matches!(r, Ok(Err(Error::InvalidArgument(_)))), "{r:?}");
+        // Nothing was written, and the allocation is usable again.
+        let want: Vec<u8> = (0..16).collect();
+        assert_eq!(
+            with_array::<u8, _>(&mem, &all, |v| v.iter().copied().collect::<Vec<u8>>()).unwrap(),
+            want
+        );
+        cpu.write(s, &mem, 0, &[9]).unwrap();
+        let mut back = [0u8; 2];
+        cpu.read(s, &mem, 0, &mut back).unwrap();
+        assert_eq!(back, [9, 1]);
+    });
+}
+
+#[test]
+fn calls_on_other_allocations_work_inside_a_closure() {
+    within_time(|| {
+        let cpu = CpuBackend::new();
+        let s = cpu.default_stream();
+        let (a, b) = (filled(&cpu, 16), filled(&cpu, 16));
+        let all = Layout::contiguous(&[16], Order::C).unwrap();
+        // Whichever of the two is ordered first, a call on the other one succeeds when no
+        // other thread holds it.
+        for (outer, inner) in [(&a, &b), (&b, &a)] {
+            let r = with_array::<u8, _>(outer, &all, |v| cpu.write(s, inner, 0, &[v[3]])).unwrap();
+            assert!(r.is_ok(), "{r:?}");
+            let mut back = [0u8; 1];
+            cpu.read(s, inner, 0, &mut back).unwrap();
+            assert_eq!(back, [3]);
+        }
+    });
+}
+
+#[test]
+fn a_lock_ordered_before_and_busy_is_an_error_not_a_deadlock() {
+    within_time(|| {
+        let cpu = CpuBackend::new();
+        let s = cpu.default_stream().clone();
+        let pair = [filled(&cpu, 16), filled(&cpu, 16)];
+        let (low, high) =
+            if pair[0].id() < pair[1].id() { (&pair[0], &pair[1]) } else { (&pair[1], &pair[0]) };
+        let all = Layout::contiguous(&[16], Order::C).unwrap();
+        let (held_tx, held_rx) = mpsc::channel();
+        let (release_tx, release_rx) = mpsc::channel::<()>();
+        std::thread::scope(|scope| {
+            // Another thread holds `low` until told to let go.
+            let first = all.clone();
+            scope.spawn(move || {
+                with_array::<u8, _>(low, &first, |_| {
+                    held_tx.send(()).unwrap();
+                    release_rx.recv().unwrap();
+                })
+                .unwrap();
+            });
+            held_rx.recv().unwrap();
+            // This thread holds `high`; waiting for `low` could close a cycle: an error.
+            let r = with_array::<u8, _>(high, &all, |_| cpu.write(&s, low, 0, &[7])).unwrap();
+            assert!(matches!(r, Err(Error::InvalidArgument(_))), "{r:?}");
+            release_tx.send(()).unwrap();
+        });
+        // Both are usable again, and nothing was written.
+        let mut back = [0u8; 1];
+        cpu.read(&s, low, 0, &mut back).unwrap();
+        assert_eq!(back, [0]);
+        let r = with_array::<u8, _>(high, &all, |_| cpu.write(&s, low, 0, &[7])).unwrap();
+        assert!(r.is_ok(), "{r:?}");
+    });
+}
