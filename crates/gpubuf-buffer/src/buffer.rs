@@ -165,9 +165,10 @@ impl<B: Backend> Buffer<B> {
     /// Copies the bytes to the host (zarr's `as_numpy_array` for bytes).
     ///
     /// # Errors
-    /// Driver errors.
+    /// [`Error::OutOfMemory`] when the host cannot hold them; driver errors.
     pub fn to_vec(&self) -> Result<Vec<u8>> {
-        let mut out = vec![0u8; self.len];
+        let mut out = crate::host::reserve(self.len)?;
+        out.resize(self.len, 0u8);
         self.read_into(0, &mut out)?;
         Ok(out)
     }

@@ -16,6 +16,7 @@
 //! ```
 
 mod buffer;
+mod host;
 mod ndbuffer;
 
 pub use buffer::Buffer;

@@ -4,16 +4,15 @@ use crate::Buffer;
 use gpubuf_core::{
     checked_size, Backend, CopyPlan, DType, Element, Error, Kernels, Layout, MemRef, Order, Result, Segment,
 };
-use ndarray::{ArrayD, ArrayView, Dimension, IxDyn};
 use std::marker::PhantomData;
 use std::ops::Range;
 
 /// A typed n-d view over a [`Buffer`]: shape, strides (elements, possibly negative) and an
 /// element offset. Views (`transpose`, `slice`, `reshape` of contiguous data) share storage.
 pub struct NDBuffer<B: Backend, T: Element> {
-    buffer: Buffer<B>,
-    layout: Layout,
-    _t: PhantomData<T>,
+    pub(crate) buffer: Buffer<B>,
+    pub(crate) layout: Layout,
+    pub(crate) _t: PhantomData<T>,
 }
 
 impl<B: Backend, T: Element> Clone for NDBuffer<B, T> {
@@ -32,10 +31,6 @@ impl<B: Backend, T: Element> std::fmt::Debug for NDBuffer<B, T> {
             .field("offset", &self.layout.offset())
             .finish()
     }
-}
-
-fn bytes_of<T: Element>(v: &[T]) -> &[u8] {
-    bytemuck::cast_slice(v)
 }
 
 impl<B: Kernels, T: Element> NDBuffer<B, T> {
@@ -63,10 +58,10 @@ impl<B: Kernels, T: Element> NDBuffer<B, T> {
     /// # Errors
     /// As [`NDBuffer::create`].
     pub fn empty(backend: &B, shape: &[usize], order: Order) -> Result<Self> {
-        let n = checked_size(shape)?;
-        let bytes = n.checked_mul(T::DTYPE.size()).ok_or_else(|| Error::invalid("array too large"))?;
+        let layout = Layout::contiguous(shape, order)?;
+        let bytes = nbytes_of::<T>(&layout)?;
         let buffer = Buffer::empty(backend, bytes)?;
-        Ok(NDBuffer { buffer, layout: Layout::contiguous(shape, order)?, _t: PhantomData })
+        Ok(NDBuffer { buffer, layout, _t: PhantomData })
     }
 
     /// Uploads a host slice as a C-order array of `shape`.
@@ -77,33 +72,9 @@ impl<B: Kernels, T: Element> NDBuffer<B, T> {
         if checked_size(shape)? != data.len() {
             return Err(Error::ShapeMismatch { expected: shape.to_vec(), got: vec![data.len()] });
         }
-        let buffer = Buffer::from_bytes(backend, bytes_of(data))?;
-        Ok(NDBuffer { buffer, layout: Layout::contiguous(shape, Order::C)?, _t: PhantomData })
-    }
-
-    /// Uploads any ndarray view, contiguous or not. C- and F-contiguous views keep their
-    /// order in one copy; other views (sliced, stepped, negative strides) are gathered on
-    /// the host into C order first.
-    ///
-    /// # Errors
-    /// Allocation and driver errors.
-    pub fn from_ndarray<D: Dimension>(backend: &B, view: ArrayView<'_, T, D>) -> Result<Self> {
-        let shape = view.shape().to_vec();
-        if let Some(s) = view.as_slice() {
-            return Self::from_slice(backend, &shape, s);
-        }
-        if let Some(s) = view.as_slice_memory_order() {
-            if view.t().is_standard_layout() {
-                let buffer = Buffer::from_bytes(backend, bytes_of(s))?;
-                return Ok(NDBuffer {
-                    buffer,
-                    layout: Layout::contiguous(&shape, Order::F)?,
-                    _t: PhantomData,
-                });
-            }
-        }
-        let data: Vec<T> = view.iter().copied().collect();
-        Self::from_slice(backend, &shape, &data)
+        let layout = Layout::contiguous(shape, Order::C)?;
+        let buffer = Buffer::from_bytes(backend, crate::host::bytes_of(data))?;
+        Ok(NDBuffer { buffer, layout, _t: PhantomData })
     }
 
     /// An n-d view over `buffer` (zero-copy): `shape` in `order` from its first byte.
@@ -116,9 +87,11 @@ impl<B: Kernels, T: Element> NDBuffer<B, T> {
     }
 
     /// An n-d view over `buffer` with an explicit layout (offset and strides in elements).
+    /// Zero strides (broadcasts) are fine for reading; writing through them is refused.
     ///
     /// # Errors
-    /// As [`NDBuffer::from_buffer`].
+    /// As [`NDBuffer::from_buffer`]; [`Error::InvalidArgument`] when the view's elements
+    /// take more than `isize::MAX` bytes (a broadcast larger than any copy of it).
     pub fn from_buffer_layout(buffer: Buffer<B>, layout: Layout) -> Result<Self> {
         let size = T::DTYPE.size();
         if buffer.offset() % size != 0 {
@@ -128,6 +101,7 @@ impl<B: Kernels, T: Element> NDBuffer<B, T> {
             )));
         }
         layout.check_fits(buffer.len() / size)?;
+        nbytes_of::<T>(&layout)?;
         Ok(NDBuffer { buffer, layout, _t: PhantomData })
     }
 
@@ -174,9 +148,9 @@ impl<B: Kernels, T: Element> NDBuffer<B, T> {
         self.layout.size()
     }
 
-    /// Bytes of the elements in the view.
+    /// Bytes of the elements in the view (every constructor keeps it at most `isize::MAX`).
     pub fn nbytes(&self) -> usize {
-        self.size() * T::DTYPE.size()
+        self.size().saturating_mul(T::DTYPE.size())
     }
 
     /// The element type.
@@ -202,15 +176,19 @@ impl<B: Kernels, T: Element> NDBuffer<B, T> {
         self.buffer.len() / T::DTYPE.size()
     }
 
-    /// The bytes of a C-contiguous view, as a byte range of its buffer.
-    fn dense_bytes(&self) -> Option<Range<usize>> {
-        let size = T::DTYPE.size();
-        if self.is_c_contiguous() {
-            let start = self.layout.offset() * size;
-            Some(start..start + self.nbytes())
-        } else {
-            None
+    /// The bytes of a C-contiguous view, as a byte range of its buffer (an empty range for
+    /// an empty view, whatever its offset).
+    pub(crate) fn dense_bytes(&self) -> Option<Range<usize>> {
+        if self.size() == 0 {
+            return Some(0..0);
         }
+        if !self.is_c_contiguous() {
+            return None;
+        }
+        // A non-empty view lies inside its buffer (checked at construction, kept by every
+        // view operation): these products and sums are at most the buffer's length.
+        let start = self.layout.offset().checked_mul(T::DTYPE.size())?;
+        Some(start..start.checked_add(self.nbytes())?)
     }
 
     /// The plan that gathers this view in C order into a buffer of `size()` elements.
@@ -278,13 +256,17 @@ impl<B: Kernels, T: Element> NDBuffer<B, T> {
     /// others by one scatter).
     ///
     /// # Errors
-    /// Allocation and driver errors.
+    /// [`Error::InvalidPlan`] when the view addresses an element twice (a broadcast);
+    /// allocation and driver errors.
     pub fn fill(&self, value: T) -> Result<()> {
         if let Some(r) = self.dense_bytes() {
             return self.buffer.slice(r)?.fill(bytemuck::bytes_of(&value));
         }
+        // Refuse a view that writes an element twice before allocating its values.
+        let plan = self.gather_plan()?;
+        plan.check_scatter()?;
         let src = Self::create(self.backend(), &[self.size()], Order::C, Some(value))?;
-        self.scatter_from(&src)
+        self.scatter_with(&plan, &src)
     }
 
     /// Writes the elements of `src` (same shape, any layout, same device) into this view.
@@ -308,58 +290,20 @@ impl<B: Kernels, T: Element> NDBuffer<B, T> {
                 let dst = self.buffer.slice(r)?;
                 b.gather(b.default_stream(), &plan, &[src.storage()], dst.memref())
             }
-            _ => self.scatter_from(&src.copy()?),
+            _ => {
+                // Refuse a view that writes an element twice before copying the source.
+                let plan = self.gather_plan()?;
+                plan.check_scatter()?;
+                self.scatter_with(&plan, &src.copy()?)
+            }
         }
     }
 
-    /// Scatters a dense 1-d array of `size()` elements into this view.
-    fn scatter_from(&self, dense: &NDBuffer<B, T>) -> Result<()> {
+    /// Scatters `dense` into this view with `plan` (this view's [`Self::gather_plan`]).
+    pub(crate) fn scatter_with(&self, plan: &CopyPlan, dense: &NDBuffer<B, T>) -> Result<()> {
         let b = self.backend();
-        let plan = b.prepare(&self.gather_plan()?, T::DTYPE)?;
+        let plan = b.prepare(plan, T::DTYPE)?;
         b.scatter(b.default_stream(), &plan, dense.storage(), &[self.storage()])
-    }
-
-    /// Writes a host ndarray view of the same shape into this view.
-    ///
-    /// # Errors
-    /// [`Error::ShapeMismatch`]; driver errors.
-    pub fn write_ndarray<D: Dimension>(&self, src: ArrayView<'_, T, D>) -> Result<()> {
-        if src.shape() != self.shape() {
-            return Err(Error::ShapeMismatch { expected: self.shape().to_vec(), got: src.shape().to_vec() });
-        }
-        match (self.dense_bytes(), src.as_slice()) {
-            (Some(r), Some(s)) => self.buffer.write(r.start, bytes_of(s)),
-            _ => self.copy_from(&Self::from_ndarray(self.backend(), src)?),
-        }
-    }
-
-    /// Copies the view to a host ndarray (C order). Non-contiguous views are gathered on the
-    /// device first, so exactly `nbytes()` cross to the host.
-    ///
-    /// # Errors
-    /// Driver errors.
-    pub fn to_ndarray(&self) -> Result<ArrayD<T>> {
-        let mut data = vec![T::default(); self.size()];
-        if self.size() > 0 {
-            let dense;
-            let (buf, r) = match self.dense_bytes() {
-                Some(r) => (&self.buffer, r),
-                None => {
-                    dense = self.copy()?;
-                    (&dense.buffer, 0..self.nbytes())
-                }
-            };
-            buf.read_into(r.start, bytemuck::cast_slice_mut(&mut data))?;
-        }
-        ArrayD::from_shape_vec(IxDyn(self.shape()), data).map_err(|e| Error::invalid(e.to_string()))
-    }
-
-    /// Copies the view to a host `Vec` in C order.
-    ///
-    /// # Errors
-    /// Driver errors.
-    pub fn to_vec(&self) -> Result<Vec<T>> {
-        Ok(self.to_ndarray()?.into_raw_vec_and_offset().0)
     }
 
     /// One element.
@@ -367,9 +311,9 @@ impl<B: Kernels, T: Element> NDBuffer<B, T> {
     /// # Errors
     /// [`Error::OutOfBounds`] / [`Error::ShapeMismatch`] for a bad index.
     pub fn get(&self, index: &[usize]) -> Result<T> {
-        let at = self.layout.index_of(index)?;
+        let at = self.element_byte(index)?;
         let mut v = T::default();
-        self.buffer.read_into(at * T::DTYPE.size(), bytemuck::bytes_of_mut(&mut v))?;
+        self.buffer.read_into(at, bytemuck::bytes_of_mut(&mut v))?;
         Ok(v)
     }
 
@@ -378,8 +322,19 @@ impl<B: Kernels, T: Element> NDBuffer<B, T> {
     /// # Errors
     /// [`Error::OutOfBounds`] / [`Error::ShapeMismatch`] for a bad index.
     pub fn set(&self, index: &[usize], value: T) -> Result<()> {
+        let at = self.element_byte(index)?;
+        self.buffer.write(at, bytemuck::bytes_of(&value))
+    }
+
+    /// Byte offset in the buffer of the element at `index`.
+    fn element_byte(&self, index: &[usize]) -> Result<usize> {
         let at = self.layout.index_of(index)?;
-        self.buffer.write(at * T::DTYPE.size(), bytemuck::bytes_of(&value))
+        at.checked_mul(T::DTYPE.size()).ok_or_else(|| Error::OutOfBounds {
+            what: "element byte offset".into(),
+            start: at,
+            end: usize::MAX,
+            len: self.buffer.len(),
+        })
     }
 
     /// The single element of a one-element array (zarr's `as_scalar`).
@@ -392,13 +347,12 @@ impl<B: Kernels, T: Element> NDBuffer<B, T> {
         }
         self.get(&vec![0; self.ndim()])
     }
+}
 
-    /// Whether every element equals `value`; NaN equals NaN (zarr's `all_equal` with
-    /// `equal_nan=True`). An empty array is all-equal.
-    ///
-    /// # Errors
-    /// Driver errors.
-    pub fn all_equal(&self, value: T) -> Result<bool> {
-        Ok(self.to_ndarray()?.iter().all(|v| v.same_value(&value)))
-    }
+/// Bytes of the elements of `layout`: at most `isize::MAX`, so that every copy of the view
+/// can exist.
+fn nbytes_of<T: Element>(layout: &Layout) -> Result<usize> {
+    layout.size().checked_mul(T::DTYPE.size()).filter(|&n| n <= isize::MAX as usize).ok_or_else(|| {
+        Error::invalid(format!("{} elements of {} take too many bytes", layout.size(), T::DTYPE))
+    })
 }
