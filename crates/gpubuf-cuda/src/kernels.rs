@@ -148,7 +148,7 @@ impl Kernels for CudaBackend {
                 segs: upload_words(self, &enc.segments)?,
                 starts: upload_words(self, &enc.starts)?,
                 nseg: i32::try_from(enc.nseg()).map_err(|_| Error::plan("more than 2^31 segments"))?,
-                total: enc.total as i64,
+                total: i64::try_from(enc.total).map_err(|_| Error::plan("more than 2^63 elements"))?,
             });
         }
         let module = if parts.is_empty() { None } else { Some(self.module()?) };
@@ -197,14 +197,14 @@ impl CudaBackend {
         for part in &plan.parts {
             let mut table = [0u64; MAX_SOURCES];
             for (slot, &src) in part.sources.iter().enumerate() {
-                table[slot] = arrays[src].memory.ptr + arrays[src].offset as u64;
+                table[slot] = device_address(arrays[src].memory.ptr, arrays[src].offset)?;
             }
             let mut segs = part.segs.ptr;
             let mut starts = part.starts.ptr;
             let mut nseg = part.nseg;
             let mut total = part.total;
             let mut is_float = i32::from(plan.dtype.is_float());
-            let mut buf = buffer.memory.ptr + buffer.offset as u64;
+            let mut buf = device_address(buffer.memory.ptr, buffer.offset)?;
             let mut params: [*mut c_void; 7] = [
                 &mut segs as *mut _ as *mut c_void,
                 &mut starts as *mut _ as *mut c_void,
@@ -214,7 +214,12 @@ impl CudaBackend {
                 &mut buf as *mut _ as *mut c_void,
                 &mut table as *mut _ as *mut c_void,
             ];
-            let blocks = (part.total as u64).div_ceil(u64::from(BLOCK)).clamp(1, u64::from(sms) * 32) as u32;
+            // At most 32 blocks per SM: the clamp keeps the count far inside u32.
+            let blocks = u64::try_from(part.total)
+                .unwrap_or(u64::MAX)
+                .div_ceil(u64::from(BLOCK))
+                .clamp(1, u64::from(sms) * 32);
+            let blocks = u32::try_from(blocks).unwrap_or(u32::MAX);
             // SAFETY: the parameters match plan.cu's signature (two table pointers, int,
             // long long, int, element pointer, SrcTable by value); every pointer is a
             // live allocation checked by `check_plan_args`; the driver copies the
@@ -224,4 +229,14 @@ impl CudaBackend {
         }
         Ok(())
     }
+}
+
+/// The device address `offset` bytes into the allocation at `ptr`. Ranges checked by
+/// `check_plan_args` lie inside their allocation, so this never fails for them; the check
+/// keeps a wrapped address from ever reaching a kernel.
+fn device_address(ptr: u64, offset: usize) -> Result<u64> {
+    u64::try_from(offset)
+        .ok()
+        .and_then(|o| ptr.checked_add(o))
+        .ok_or_else(|| Error::invalid(format!("device address {ptr:#x} + {offset} overflows")))
 }

@@ -33,6 +33,27 @@ pub const PLAN_SOURCE: &str = include_str!("../../../kernels/opencl/plan.cl");
 /// Most source slots a program is built with.
 pub const MAX_SLOTS: usize = 64;
 
+/// The environment variable that sets the buffer elements per work-item on CPU devices.
+pub const CHUNK_ENV: &str = "GPUBUF_CL_CHUNK";
+
+/// The largest accepted [`CHUNK_ENV`] value (a work-item moving more would leave most of a
+/// CPU device idle on all but huge plans).
+pub const MAX_CHUNK: usize = 1 << 16;
+
+/// Elements per work-item on CPU devices when [`CHUNK_ENV`] is not set.
+const DEFAULT_CHUNK: usize = 64;
+
+/// The chunk [`CHUNK_ENV`] asks for: the default when unset, else an integer in
+/// `1..=MAX_CHUNK`.
+fn chunk_from(value: Option<&str>) -> Result<usize> {
+    let Some(v) = value else { return Ok(DEFAULT_CHUNK) };
+    v.trim()
+        .parse::<usize>()
+        .ok()
+        .filter(|c| (1..=MAX_CHUNK).contains(c))
+        .ok_or_else(|| Error::invalid(format!("{CHUNK_ENV}={v:?}: expected an integer in 1..={MAX_CHUNK}")))
+}
+
 /// Programs by slot count.
 #[derive(Default)]
 pub(crate) struct ProgramCache {
@@ -41,6 +62,9 @@ pub(crate) struct ProgramCache {
 }
 
 pub(crate) struct ClProgram {
+    /// Buffer elements per work-item the program was built with (its `CHUNK`): launches
+    /// size their grid by it, whatever the environment says later.
+    chunk: usize,
     // Kernels by width index (1, 2, 4, 8 bytes). A kernel's arguments are set and the
     // launch enqueued under its lock: clSetKernelArg is not thread-safe per kernel.
     gather: Vec<Mutex<Kernel>>,
@@ -78,12 +102,19 @@ impl OpenClBackend {
         slots
     }
 
-    /// Buffer elements per work-item: 1 on GPUs (coalesced), 64 on CPU-like devices.
-    pub fn chunk(&self) -> usize {
+    /// Buffer elements per work-item for programs built now: 1 on GPUs (coalesced); on
+    /// CPU-like devices [`CHUNK_ENV`] when set, else 64. A program keeps the chunk it was
+    /// built with.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when [`CHUNK_ENV`] is set on a CPU-like device to anything
+    /// but an integer in `1..=MAX_CHUNK` (0 would move nothing; a plan preparation that
+    /// needs a new program then fails with this error).
+    pub fn chunk(&self) -> Result<usize> {
         if self.inner.is_gpu {
-            1
+            Ok(1)
         } else {
-            std::env::var("GPUBUF_CL_CHUNK").ok().and_then(|v| v.parse().ok()).unwrap_or(64)
+            chunk_from(std::env::var(CHUNK_ENV).ok().as_deref())
         }
     }
 
@@ -94,7 +125,8 @@ impl OpenClBackend {
             return Ok(p.clone());
         }
         let _span = tracing::debug_span!("opencl.build", slots).entered();
-        let src = format!("{}{}", prelude(slots, self.chunk()), PLAN_SOURCE);
+        let chunk = self.chunk()?;
+        let src = format!("{}{}", prelude(slots, chunk), PLAN_SOURCE);
         let program = self.build_program(&src)?;
         let kernels = |prefix: &str| -> Result<Vec<Mutex<Kernel>>> {
             [1, 2, 4, 8]
@@ -107,6 +139,7 @@ impl OpenClBackend {
                 .collect()
         };
         let p = Arc::new(ClProgram {
+            chunk,
             gather: kernels("gather")?,
             scatter: kernels("scatter")?,
             _program: program,
@@ -200,7 +233,7 @@ impl Kernels for OpenClBackend {
                 segs: ClMemory::from_words(&self.inner.context, &enc.segments)?,
                 starts: ClMemory::from_words(&self.inner.context, &enc.starts)?,
                 nseg,
-                total: enc.total as i64,
+                total: i64::try_from(enc.total).map_err(|_| Error::plan("more than 2^63 elements"))?,
                 offsets: Mutex::new((Vec::new(), None)),
             });
         }
@@ -256,7 +289,7 @@ impl OpenClBackend {
         let size = plan.dtype.size();
         let w = width_index(plan.dtype);
         let is_float = i32::from(plan.dtype.is_float());
-        let buf_off = (buffer.offset / size) as i64;
+        let buf_off = device_index(buffer.offset / size)?;
         let placeholder = self.placeholder()?;
         for part in &plan.parts {
             let offsets = self.part_offsets(part, arrays, size)?;
@@ -284,7 +317,11 @@ impl OpenClBackend {
                     arg(&kernel, 8 + i as u32, m)?;
                 }
             }
-            let global = (part.total as usize).div_ceil(self.chunk()).div_ceil(64) * 64;
+            // `chunk` is at least 1 (`chunk_from`); `total` at most isize::MAX.
+            let global = usize::try_from(part.total)
+                .ok()
+                .and_then(|t| t.div_ceil(part.program.chunk.max(1)).div_ceil(64).checked_mul(64))
+                .ok_or_else(|| Error::plan(format!("{} elements exceed one launch", part.total)))?;
             // SAFETY: all arguments are set; the work size covers `total` items, and the
             // kernel returns early for the rounding surplus.
             let ev = unsafe {
@@ -312,7 +349,8 @@ impl OpenClBackend {
         arrays: &[MemRef<'_, ClMemory>],
         size: usize,
     ) -> Result<Arc<ClMemory>> {
-        let want: Vec<i64> = part.sources.iter().map(|&s| (arrays[s].offset / size) as i64).collect();
+        let want: Vec<i64> =
+            part.sources.iter().map(|&s| device_index(arrays[s].offset / size)).collect::<Result<_>>()?;
         let mut cached = part.offsets.lock();
         match &cached.1 {
             Some(m) if cached.0 == want => Ok(m.clone()),
@@ -323,6 +361,29 @@ impl OpenClBackend {
                 *cached = (want, Some(m.clone()));
                 Ok(m)
             }
+        }
+    }
+}
+
+/// An element offset as the kernels' `long`. Offsets inside a real allocation always fit;
+/// the check keeps a wrapped value from ever reaching the device.
+fn device_index(v: usize) -> Result<i64> {
+    i64::try_from(v)
+        .map_err(|_| Error::invalid(format!("element offset {v} exceeds the device's 64-bit index")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{chunk_from, DEFAULT_CHUNK, MAX_CHUNK};
+
+    #[test]
+    fn chunk_setting_is_checked() {
+        assert_eq!(chunk_from(None).unwrap(), DEFAULT_CHUNK);
+        assert_eq!(chunk_from(Some("1")).unwrap(), 1);
+        assert_eq!(chunk_from(Some(" 128 ")).unwrap(), 128);
+        assert_eq!(chunk_from(Some(&MAX_CHUNK.to_string())).unwrap(), MAX_CHUNK);
+        for bad in ["0", "-1", "", "x", "65537", "18446744073709551615", "99999999999999999999999"] {
+            assert!(chunk_from(Some(bad)).is_err(), "{bad:?} is refused");
         }
     }
 }

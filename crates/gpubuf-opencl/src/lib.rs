@@ -31,6 +31,6 @@ mod svm;
 
 pub use backend::{ClEvent, ClStream, OpenClBackend};
 pub use device::{devices, runtime_available, ClDeviceEntry, DEVICE_ENV};
-pub use kernels::{prelude, ClPlan, MAX_SLOTS, PLAN_SOURCE};
+pub use kernels::{prelude, ClPlan, CHUNK_ENV, MAX_CHUNK, MAX_SLOTS, PLAN_SOURCE};
 pub use memory::ClMemory;
 pub use svm::{SvmAllocator, SvmMemory};
