@@ -11,6 +11,7 @@ use gpubuf_core::{
     check_copy, check_fill, Allocator, Backend, BackendKind, DeviceInfo, Error, MemRef, MemoryInfo, Result,
 };
 use parking_lot::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// A handle to one CUDA device (its primary context), with a default stream, pinned
@@ -96,8 +97,13 @@ fn new_stream(ctx: &Arc<CudaContext>) -> Result<CudaStream> {
     ctx.bind_to_thread().map_err(|e| driver(e, "cuCtxSetCurrent"))?;
     let raw = result::stream::create(result::stream::StreamKind::Default)
         .map_err(|e| driver(e, "cuStreamCreate"))?;
-    Ok(CudaStream { raw, _owner: Arc::new(OwnedStream { raw, ctx: ctx.clone() }) })
+    // A u64 counter does not wrap in any process's lifetime.
+    let id = NEXT_STREAM_ID.fetch_add(1, Ordering::Relaxed);
+    Ok(CudaStream { raw, id, _owner: Arc::new(OwnedStream { raw, ctx: ctx.clone() }) })
 }
+
+/// Identities of streams: process-wide and never reused.
+static NEXT_STREAM_ID: AtomicU64 = AtomicU64::new(1);
 
 impl Allocator for CudaBackend {
     type Memory = CudaMemory;
@@ -157,7 +163,7 @@ impl Backend for CudaBackend {
     }
 
     fn stream_id(&self, stream: &CudaStream) -> u64 {
-        stream.raw as u64
+        stream.id
     }
 
     fn new_stream(&self) -> Result<CudaStream> {

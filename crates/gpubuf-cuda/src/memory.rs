@@ -66,6 +66,9 @@ impl Drop for CudaMemory {
 #[derive(Clone)]
 pub struct CudaStream {
     pub(crate) raw: CUstream,
+    /// The stream's identity, never reused in the process (a destroyed stream's handle
+    /// may come back for a new stream, so the handle cannot serve).
+    pub(crate) id: u64,
     /// Keeps the stream alive while any clone exists.
     pub(crate) _owner: Arc<OwnedStream>,
 }
@@ -87,7 +90,7 @@ unsafe impl Sync for OwnedStream {}
 
 impl std::fmt::Debug for CudaStream {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CudaStream").field("raw", &self.raw).finish()
+        f.debug_struct("CudaStream").field("id", &self.id).field("raw", &self.raw).finish()
     }
 }
 

@@ -18,6 +18,7 @@ use opencl3::memory::CL_MIGRATE_MEM_OBJECT_CONTENT_UNDEFINED;
 use opencl3::types::{cl_event, CL_BLOCKING};
 use std::ffi::c_void;
 use std::ptr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// A handle to one OpenCL device: its context, a default in-order queue and the cached
@@ -47,11 +48,17 @@ impl std::fmt::Debug for OpenClBackend {
 #[derive(Clone)]
 pub struct ClStream {
     pub(crate) queue: Arc<CommandQueue>,
+    /// The stream's identity: never given to another queue in this process (a released
+    /// queue's handle may come back for a new one, so the handle cannot serve).
+    id: u64,
 }
+
+/// Identities of queues: process-wide and never reused.
+static NEXT_STREAM_ID: AtomicU64 = AtomicU64::new(1);
 
 impl std::fmt::Debug for ClStream {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ClStream").field("queue", &self.queue.get()).finish()
+        f.debug_struct("ClStream").field("id", &self.id).field("queue", &self.queue.get()).finish()
     }
 }
 
@@ -69,7 +76,9 @@ fn new_queue(context: &Context) -> Result<ClStream> {
         #[allow(deprecated)]
         Err(_) => CommandQueue::create_default(context, 0).map_err(|e| cl(e, "clCreateCommandQueue"))?,
     };
-    Ok(ClStream { queue: Arc::new(queue) })
+    // A u64 counter does not wrap in any process's lifetime.
+    let id = NEXT_STREAM_ID.fetch_add(1, Ordering::Relaxed);
+    Ok(ClStream { queue: Arc::new(queue), id })
 }
 
 /// Releases an event returned by an enqueue call we do not track.
@@ -181,7 +190,7 @@ impl Backend for OpenClBackend {
     }
 
     fn stream_id(&self, stream: &ClStream) -> u64 {
-        stream.queue.get() as u64
+        stream.id
     }
 
     fn new_stream(&self) -> Result<ClStream> {

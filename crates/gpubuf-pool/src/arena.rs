@@ -5,16 +5,10 @@
 //! Nothing here calls the allocator or frees memory: segments to free are handed back to
 //! the caller, which drops them after releasing the pool's lock.
 
+use crate::free::{Free, FreeSet};
 use crate::quick::{Bin, Quick};
-use crate::stream::{usable, Events};
-use std::collections::{BTreeMap, BTreeSet};
+use crate::stream::{usable, Events, StreamKey};
 use std::sync::Arc;
-
-/// Whether no event of a free block is pending any more (completed ones are dropped).
-fn idle(events: &mut Events) -> bool {
-    events.retain(|(_, e)| !e.complete());
-    events.is_empty()
-}
 
 /// One allocation from the allocator.
 pub(crate) struct Segment<M> {
@@ -23,12 +17,6 @@ pub(crate) struct Segment<M> {
     /// Bytes of blocks that are not in the free set (active or in a quick list).
     pub(crate) used: usize,
     pub(crate) large: bool,
-}
-
-/// A block in the free set.
-struct Free {
-    size: usize,
-    events: Events,
 }
 
 /// A block handed out: which segment, where, how big.
@@ -42,31 +30,26 @@ pub(crate) struct Taken {
 pub(crate) struct Arena<M> {
     pub(crate) segments: Vec<Option<Segment<M>>>,
     spare_ids: Vec<usize>,
-    /// Free blocks by (segment, offset), for coalescing.
-    free_blocks: BTreeMap<(usize, usize), Free>,
-    /// Free blocks by (large, size, segment, offset), for best fit.
-    by_size: BTreeSet<(bool, usize, usize, usize)>,
-    /// Quick list and active count per request bin.
+    pub(crate) free: FreeSet,
+    /// Quick list and active count per request bin, grown on first use of a bin (with 16
+    /// leading bits there are 4 million bins, most never used).
     bins: Vec<Bin>,
     pub(crate) quick_bytes: usize,
     pub(crate) quick_blocks: usize,
-    pub(crate) free_bytes: usize,
     pub(crate) managed: usize,
     pub(crate) active_bytes: usize,
     pub(crate) active_blocks: usize,
 }
 
 impl<M> Arena<M> {
-    pub(crate) fn new(bins: usize) -> Self {
+    pub(crate) fn new() -> Self {
         Arena {
             segments: Vec::new(),
             spare_ids: Vec::new(),
-            free_blocks: BTreeMap::new(),
-            by_size: BTreeSet::new(),
-            bins: (0..bins).map(|_| Bin::default()).collect(),
+            free: FreeSet::default(),
+            bins: Vec::new(),
             quick_bytes: 0,
             quick_blocks: 0,
-            free_bytes: 0,
             managed: 0,
             active_bytes: 0,
             active_blocks: 0,
@@ -74,11 +57,11 @@ impl<M> Arena<M> {
     }
 
     pub(crate) fn held_bytes(&self) -> usize {
-        self.free_bytes + self.quick_bytes
+        self.free.bytes + self.quick_bytes
     }
 
     pub(crate) fn held_blocks(&self) -> usize {
-        self.free_blocks.len() + self.quick_blocks
+        self.free.len() + self.quick_blocks
     }
 
     /// The allocation of a live segment.
@@ -95,6 +78,10 @@ impl<M> Arena<M> {
     fn activate(&mut self, t: Taken, bin: usize) -> Taken {
         self.active_bytes += t.size;
         self.active_blocks += 1;
+        if bin >= self.bins.len() {
+            // `bin` comes from `bin_number` with at most 16 bits: below 65 << 16.
+            self.bins.resize_with(bin + 1, Bin::default);
+        }
         if let Some(b) = self.bins.get_mut(bin) {
             b.active += 1;
         }
@@ -137,13 +124,14 @@ impl<M> Arena<M> {
 
     /// A block of exactly `size` bytes for a request in `bin`, usable on stream `tag`,
     /// from the quick list or by best fit (splitting off the remainder when it is at least
-    /// `min_split`).
+    /// `min_split`). Pending free blocks count only as their last [`Arena::flush_quick`]
+    /// found them.
     pub(crate) fn take(
         &mut self,
         size: usize,
         bin: usize,
         large: bool,
-        tag: Option<u64>,
+        tag: Option<StreamKey>,
         min_split: usize,
     ) -> Option<Taken> {
         if let Some(b) = self.bins.get_mut(bin) {
@@ -154,36 +142,20 @@ impl<M> Arena<M> {
                 return Some(self.activate(Taken { seg: q.seg, offset: q.offset, size: q.size }, bin));
             }
         }
-        let mut pick = None;
-        for &(l, bsize, seg, offset) in self.by_size.range((large, size, 0, 0)..).take(16) {
-            if l != large {
-                break;
-            }
-            let f = self.free_blocks.get_mut(&(seg, offset))?;
-            if usable(&mut f.events, tag) {
-                pick = Some((bsize, seg, offset));
-                break;
-            }
-        }
-        let (bsize, seg, offset) = pick?;
-        self.by_size.remove(&(large, bsize, seg, offset));
-        let f = self.free_blocks.remove(&(seg, offset))?;
-        self.free_bytes -= bsize;
+        let (seg, offset) = self.free.best_fit(size, large, tag)?;
+        let f = self.free.remove(seg, offset)?;
+        let bsize = f.size;
         let mut given = bsize;
-        if bsize - size >= min_split {
+        // best_fit only returns blocks of at least `size` bytes.
+        let rest = bsize.saturating_sub(size);
+        if rest >= min_split {
             given = size;
-            self.insert_free(seg, offset + size, bsize - size, f.events, large);
+            self.free.insert(seg, offset + size, Free { size: rest, large, events: f.events });
         }
         if let Some(s) = self.segments.get_mut(seg).and_then(|s| s.as_mut()) {
             s.used += given;
         }
         Some(self.activate(Taken { seg, offset, size: given }, bin))
-    }
-
-    fn insert_free(&mut self, seg: usize, offset: usize, size: usize, events: Events, large: bool) {
-        self.free_bytes += size;
-        self.by_size.insert((large, size, seg, offset));
-        self.free_blocks.insert((seg, offset), Free { size, events });
     }
 
     /// Adds a fresh segment, wholly free; returns its id.
@@ -199,8 +171,9 @@ impl<M> Arena<M> {
                 self.segments.len() - 1
             }
         };
+        // The pool reserved `size` below its limit and below usize::MAX before allocating.
         self.managed += size;
-        self.insert_free(id, 0, size, Vec::new(), large);
+        self.free.insert(id, 0, Free { size, large, events: Vec::new() });
         id
     }
 
@@ -224,7 +197,7 @@ impl<M> Arena<M> {
         self.coalesce(t.seg, t.offset, t.size, events)
     }
 
-    /// Puts a non-free block into the free set, merged with free neighbours. A block whose
+    /// Puts a non-free block into the free set, merged with idle neighbours. A block whose
     /// events are still pending stays apart (merging would make its neighbours wait for
     /// them too); [`Arena::flush_quick`] merges it once they complete. Returns whether its
     /// segment is now wholly free.
@@ -241,67 +214,34 @@ impl<M> Arena<M> {
             return false;
         };
         if events.is_empty() {
-            let next_idle =
-                self.free_blocks.get_mut(&(seg, offset + size)).is_some_and(|n| idle(&mut n.events));
-            if next_idle {
-                if let Some(next) = self.free_blocks.remove(&(seg, offset + size)) {
-                    self.by_size.remove(&(large, next.size, seg, offset + size));
-                    self.free_bytes -= next.size;
-                    size += next.size;
-                }
+            if let Some(next) = self.free.idle_at(seg, offset + size) {
+                self.free.remove(seg, offset + size);
+                size += next;
             }
-            let prev = self.free_blocks.range_mut(..(seg, offset)).next_back();
-            let prev =
-                prev.filter(|(&(s, o), f)| s == seg && o + f.size == offset).map(|(&(_, o), f)| (o, f));
-            if let Some((po, p)) = prev {
-                if idle(&mut p.events) {
-                    let psize = p.size;
-                    self.free_blocks.remove(&(seg, po));
-                    self.by_size.remove(&(large, psize, seg, po));
-                    self.free_bytes -= psize;
-                    offset = po;
-                    size += psize;
-                }
+            if let Some((po, psize)) = self.free.idle_ending_at(seg, offset) {
+                self.free.remove(seg, po);
+                offset = po;
+                size += psize;
             }
         }
-        self.insert_free(seg, offset, size, events, large);
+        self.free.insert(seg, offset, Free { size, large, events });
         self.segments.get(seg).and_then(|s| s.as_ref()).is_some_and(|s| s.used == 0)
-    }
-
-    /// Merges free blocks whose pending events have completed with their neighbours.
-    fn merge_settled(&mut self) {
-        let settled: Vec<(usize, usize)> = self
-            .free_blocks
-            .iter_mut()
-            .filter(|(_, f)| !f.events.is_empty())
-            .filter_map(|(&k, f)| idle(&mut f.events).then_some(k))
-            .collect();
-        for (seg, offset) in settled {
-            let Some(large) = self.segments.get(seg).and_then(|s| s.as_ref()).map(|s| s.large) else {
-                continue;
-            };
-            if let Some(f) = self.free_blocks.remove(&(seg, offset)) {
-                self.by_size.remove(&(large, f.size, seg, offset));
-                self.free_bytes -= f.size;
-                self.merge_in(seg, offset, f.size, Vec::new());
-            }
-        }
     }
 
     /// Moves every quick-list block into the free set, and merges free blocks whose
     /// events have completed since they were freed.
     pub(crate) fn flush_quick(&mut self) {
-        if self.quick_blocks == 0 {
-            self.merge_settled();
-            return;
+        if self.quick_blocks > 0 {
+            let waiting: Vec<Quick> = self.bins.iter_mut().flat_map(Bin::drain).collect();
+            self.quick_bytes = 0;
+            self.quick_blocks = 0;
+            for q in waiting {
+                self.coalesce(q.seg, q.offset, q.size, q.events.map(|e| *e).unwrap_or_default());
+            }
         }
-        let waiting: Vec<Quick> = self.bins.iter_mut().flat_map(Bin::drain).collect();
-        self.quick_bytes = 0;
-        self.quick_blocks = 0;
-        for q in waiting {
-            self.coalesce(q.seg, q.offset, q.size, q.events.map(|e| *e).unwrap_or_default());
+        for (seg, offset, size, _) in self.free.settle() {
+            self.merge_in(seg, offset, size, Vec::new());
         }
-        self.merge_settled();
     }
 
     /// Removes wholly free segments, largest first, while `more(self)` says so; returns
@@ -319,17 +259,10 @@ impl<M> Arena<M> {
             if !more(self) {
                 break;
             }
-            let Some(seg) = self.segments[id].take() else { continue };
+            let Some(seg) = self.segments.get_mut(id).and_then(Option::take) else { continue };
             // Usually one block; several when some still wait on events (backend frees
             // are ordered after queued work, so dropping the memory is safe regardless).
-            let offsets: Vec<usize> =
-                self.free_blocks.range((id, 0)..(id + 1, 0)).map(|(&(_, o), _)| o).collect();
-            for o in offsets {
-                if let Some(f) = self.free_blocks.remove(&(id, o)) {
-                    self.by_size.remove(&(seg.large, f.size, id, o));
-                    self.free_bytes -= f.size;
-                }
-            }
+            self.free.remove_segment(id);
             self.managed -= size;
             self.spare_ids.push(id);
             out.push(seg.mem);
@@ -349,10 +282,7 @@ impl<M> Arena<M> {
 
     /// Sizes of the held blocks: free-set blocks and quick-list blocks.
     pub(crate) fn held_sizes(&self) -> impl Iterator<Item = usize> + '_ {
-        self.free_blocks
-            .values()
-            .map(|f| f.size)
-            .chain(self.bins.iter().flat_map(Bin::entries).map(|q| q.size))
+        self.free.sizes().chain(self.bins.iter().flat_map(Bin::entries).map(|q| q.size))
     }
 }
 

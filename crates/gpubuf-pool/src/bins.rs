@@ -8,6 +8,10 @@
 /// for every dtype and for device access).
 pub const GRANULE: usize = 256;
 
+/// The most leading bits a size class may keep ([`crate::PoolConfig::leading_bits_in_bin_id`]
+/// rejects more; the functions of this module treat a larger `bits` as this).
+pub const MAX_LEADING_BITS: u32 = 16;
+
 /// `floor(log2(n))` for `n >= 1`, 0 for 0.
 #[inline]
 fn bitlog2(n: usize) -> u32 {
@@ -18,28 +22,46 @@ fn bitlog2(n: usize) -> u32 {
     }
 }
 
-/// The bin of `size` with `bits` leading bits (pyopencl's `bin_number`).
+/// The bin of `size` with `bits` leading bits (pyopencl's `bin_number`). A `bits` above
+/// [`MAX_LEADING_BITS`] counts as [`MAX_LEADING_BITS`].
 #[inline]
 pub fn bin_number(size: usize, bits: u32) -> usize {
+    bin_of(size, bits.min(MAX_LEADING_BITS))
+}
+
+/// [`bin_number`] for a `bits` already known to be at most [`MAX_LEADING_BITS`] (a pool's
+/// validated config): the hit path's form.
+#[inline]
+pub(crate) fn bin_of(size: usize, bits: u32) -> usize {
+    debug_assert!(bits <= MAX_LEADING_BITS);
     let l = bitlog2(size);
+    // Both shifts are below usize::BITS: l <= 63 and bits <= 16.
     let shifted = if l >= bits { size >> (l - bits) } else { size << (bits - l) };
     let chopped = shifted & ((1usize << bits) - 1);
     ((l as usize) << bits) | chopped
 }
 
-/// The largest size in `bin` (pyopencl's `alloc_size`).
+/// The largest size in `bin` (pyopencl's `alloc_size`), or `usize::MAX` for a bin whose
+/// sizes do not fit in a `usize` (no [`bin_number`] result is such a bin). A `bits` above
+/// [`MAX_LEADING_BITS`] counts as [`MAX_LEADING_BITS`].
 #[inline]
 pub fn alloc_size(bin: usize, bits: u32) -> usize {
-    let exponent = (bin >> bits) as i64;
-    let mantissa = bin & ((1usize << bits) - 1);
-    let shift = exponent - i64::from(bits);
-    let head = if shift >= 0 {
-        ((1usize << bits) | mantissa) << shift
+    let bits = bits.min(MAX_LEADING_BITS);
+    let exponent = bin >> bits;
+    if exponent >= usize::BITS as usize {
+        return usize::MAX;
+    }
+    // exponent <= 63 and bits <= 16: every shift below is under usize::BITS, and the head
+    // (bits + 1 significant bits shifted up to the exponent) keeps its top bit at or below
+    // bit `exponent`.
+    let exponent = exponent as u32;
+    let head = (1usize << bits) | (bin & ((1usize << bits) - 1));
+    if exponent >= bits {
+        let shift = exponent - bits;
+        (head << shift) | ((1usize << shift) - 1)
     } else {
-        ((1usize << bits) | mantissa) >> -shift
-    };
-    let ones = if shift > 0 { (1usize << shift) - 1 } else { 0 };
-    head | ones
+        head >> (bits - exponent)
+    }
 }
 
 /// The size of the block that serves a request of `size` bytes: the bin's largest size,
@@ -68,5 +90,22 @@ mod tests {
         assert_eq!(block_size(5000, 4), Some(5120));
         assert_eq!(block_size(usize::MAX, 4), None);
         assert_eq!(block_size(usize::MAX - 300, 4), None, "its bin reaches usize::MAX");
+    }
+
+    #[test]
+    fn hostile_arguments_do_not_panic() {
+        // Each of these overflowed a shift before.
+        assert_eq!(bin_number(5, 64), bin_number(5, MAX_LEADING_BITS));
+        assert_eq!(bin_number(usize::MAX, u32::MAX), bin_number(usize::MAX, MAX_LEADING_BITS));
+        assert_eq!(alloc_size(70 << 4, 4), usize::MAX);
+        assert_eq!(alloc_size(usize::MAX, 0), usize::MAX);
+        assert_eq!(alloc_size(usize::MAX, u32::MAX), usize::MAX);
+        assert_eq!(block_size(5, 200), Some(GRANULE));
+        // The largest real bins still round-trip.
+        for bits in 0..=MAX_LEADING_BITS {
+            assert_eq!(alloc_size(bin_number(usize::MAX, bits), bits), usize::MAX);
+            assert_eq!(alloc_size(bin_number(1, bits), bits), 1);
+            assert_eq!(bin_number(0, bits), 0);
+        }
     }
 }

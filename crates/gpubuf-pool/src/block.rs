@@ -2,7 +2,7 @@
 
 use crate::arena::Taken;
 use crate::pool::Shared;
-use crate::stream::{Events, PoolStream, StreamHandle};
+use crate::stream::{key_of, Events, Never, PoolStream, StreamHandle};
 use gpubuf_buffer::Buffer;
 use gpubuf_core::{Allocator, Backend, MemRef, Result};
 use std::ptr::NonNull;
@@ -98,11 +98,11 @@ impl<A: Allocator> PooledBuffer<A> {
     /// when the block is freed an event is recorded there too, and the block goes to other
     /// streams only after it completes (PyTorch's `record_stream`).
     pub fn record_stream<B: Backend>(&mut self, backend: &B, stream: &B::Stream) {
-        let id = backend.stream_id(stream);
+        let key = key_of(backend, stream);
         let streams =
             self.streams.get_or_insert_with(|| Box::new(Streams { owner: None, used_on: Vec::new() }));
-        if streams.owner.as_ref().is_some_and(|o| o.id() == id)
-            || streams.used_on.iter().any(|s| s.id() == id)
+        if streams.owner.as_ref().is_some_and(|o| o.key() == key)
+            || streams.used_on.iter().any(|s| s.key() == key)
         {
             return;
         }
@@ -136,10 +136,13 @@ impl<A: Allocator> PooledBuffer<A> {
         let mut out = Events::new();
         for s in streams.owner.iter().chain(streams.used_on.iter()) {
             match s.record() {
-                Ok(Some(e)) => out.push((s.id(), e)),
+                Ok(Some(e)) => out.push((s.key(), e)),
                 Ok(None) => {}
                 Err(e) => {
-                    tracing::warn!("recording a pool event failed ({e}); the block is dropped, not reused")
+                    // Without an event nothing tells when the stream's work on the block
+                    // is done: only that stream may take the block again.
+                    tracing::warn!("recording a pool event failed ({e}); the block stays with its stream");
+                    out.push((s.key(), Arc::new(Never)));
                 }
             }
         }
@@ -156,9 +159,12 @@ impl<A: Allocator> Drop for PooledBuffer<A> {
             let mut st = self.pool.state.lock();
             let a = &st.arena;
             let active = a.active_bytes;
+            // No overflow with any config: `window_frees < window` between frees (see
+            // `State::note_active`); `managed - active + size` is the held bytes after this
+            // free, at most `managed` (the block is active, so `size <= active <= managed`).
             if st.holding
                 && st.window_frees + 1 < cfg.window
-                && (a.managed <= st.held_floor || a.managed + self.taken.size <= active + cfg.min_held_bytes)
+                && (a.managed <= st.held_floor || a.managed - active + self.taken.size <= cfg.min_held_bytes)
                 && st.arena.put_quick(self.taken, self.bin, cfg.quick_per_bin)
             {
                 st.note_active_before(active);

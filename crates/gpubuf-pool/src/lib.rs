@@ -27,11 +27,15 @@ mod arena;
 mod bins;
 mod block;
 mod config;
+mod free;
+mod manage;
 mod pool;
 mod quick;
+mod state;
 mod stream;
 
 pub use allocators::{DeferredAllocator, ImmediateAllocator};
-pub use bins::{alloc_size, bin_number, block_size, GRANULE};
+pub use bins::{alloc_size, bin_number, block_size, GRANULE, MAX_LEADING_BITS};
 pub use block::PooledBuffer;
-pub use pool::{BinReport, Limit, MemoryPool, PoolConfig};
+pub use manage::BinReport;
+pub use pool::{Limit, MemoryPool, PoolConfig};

@@ -1,68 +1,15 @@
-//! [`MemoryPool`]: allocation, the out-of-memory ladder, the limit and the held-memory policy.
+//! [`MemoryPool`]: allocation, the out-of-memory ladder and the limit.
 
-use crate::arena::{Arena, Taken};
-use crate::bins::{alloc_size, bin_number, block_size, GRANULE};
+use crate::arena::Taken;
+use crate::bins::{bin_of, block_size, GRANULE};
 use crate::block::{PooledBuffer, Streams};
+use crate::config::resolve_limit;
 pub use crate::config::{Limit, PoolConfig};
-use crate::stream::{PoolStream, StreamHandle};
-use gpubuf_core::{Allocator, Backend, Error, PoolStats, Result};
+use crate::state::State;
+use crate::stream::{PoolStream, StreamHandle, StreamKey};
+use gpubuf_core::{Allocator, Backend, Error, Result};
 use parking_lot::Mutex;
 use std::sync::Arc;
-
-pub(crate) struct State<M> {
-    pub(crate) arena: Arena<M>,
-    pub(crate) holding: bool,
-    pub(crate) limit: Option<usize>,
-    pub(crate) hits: u64,
-    pub(crate) misses: u64,
-    pub(crate) peak_managed: usize,
-    pub(crate) peak_active: usize,
-    /// Sliding peak of active bytes: this window's and the previous window's.
-    pub(crate) window_peak: [usize; 2],
-    pub(crate) window_frees: u32,
-    /// A lower bound of [`State::allowed_managed`] until the window ends: the part that
-    /// comes from the window's peak, as last worked out (the peak only grows within a
-    /// window). Lets a free skip the full check.
-    pub(crate) held_floor: usize,
-}
-
-impl<M> State<M> {
-    /// Records the active bytes before a free for the sliding peak.
-    pub(crate) fn note_active_before(&mut self, active: usize) {
-        self.window_peak[0] = self.window_peak[0].max(active);
-    }
-
-    /// Counts a block handed out (a hit unless it came from a fresh segment).
-    #[inline]
-    pub(crate) fn note_taken(&mut self, hit: bool) {
-        self.hits += u64::from(hit);
-        self.peak_active = self.peak_active.max(self.arena.active_bytes);
-    }
-
-    /// Advances the window after a free.
-    pub(crate) fn note_active(&mut self) {
-        self.window_frees += 1;
-    }
-
-    /// The most bytes the pool should manage now (see [`PoolConfig::held_ratio`]).
-    pub(crate) fn allowed_managed(&mut self, cfg: &PoolConfig) -> usize {
-        // Fast path: within the fixed allowance, nothing to work out.
-        if self.arena.managed <= self.arena.active_bytes + cfg.min_held_bytes
-            && self.window_frees < cfg.window
-        {
-            return usize::MAX;
-        }
-        if self.window_frees >= cfg.window {
-            self.window_frees = 0;
-            self.window_peak = [self.arena.active_bytes, self.window_peak[0]];
-        }
-        let window = self.window_peak[0].max(self.window_peak[1]);
-        self.held_floor = window.saturating_add((window as f64 * cfg.held_ratio) as usize);
-        let peak = window.max(self.arena.active_bytes);
-        let slack = (peak as f64 * cfg.held_ratio) as usize;
-        peak.saturating_add(slack).max(self.arena.active_bytes + cfg.min_held_bytes)
-    }
-}
 
 pub(crate) struct Shared<A: Allocator> {
     pub(crate) allocator: A,
@@ -96,23 +43,31 @@ impl<A: Allocator> std::fmt::Debug for MemoryPool<A> {
     }
 }
 
-/// One row of [`MemoryPool::bin_report`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct BinReport {
-    /// The size class.
-    pub bin: usize,
-    /// Largest request size in the class.
-    pub max_size: usize,
-    /// Blocks of the class handed out.
-    pub active: usize,
-    /// Held (free) blocks whose size falls in the class.
-    pub held: usize,
+/// Growth reserved below the limit while the allocator runs; given back on drop unless
+/// [`Reservation::commit`] turned it into a segment (so an allocator error, or a panic in
+/// the allocator, does not leave it counted).
+struct Reservation<'a, A: Allocator> {
+    shared: &'a Shared<A>,
+    bytes: usize,
+}
+
+impl<A: Allocator> Reservation<'_, A> {
+    fn commit(self, st: &mut State<A::Memory>) {
+        st.unreserve(self.bytes);
+        std::mem::forget(self);
+    }
+}
+
+impl<A: Allocator> Drop for Reservation<'_, A> {
+    fn drop(&mut self) {
+        self.shared.state.lock().unreserve(self.bytes);
+    }
 }
 
 impl<A: Allocator> MemoryPool<A> {
     /// A pool with the default [`PoolConfig`].
     pub fn new(allocator: A) -> Self {
-        // The default config has no limit, so it cannot fail.
+        // The default config is valid and has no limit.
         Self::build(allocator, PoolConfig::default(), None)
     }
 
@@ -120,40 +75,18 @@ impl<A: Allocator> MemoryPool<A> {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for a fractional limit when the allocator cannot report
-    /// its total memory, a fraction outside (0, 1], `leading_bits_in_bin_id` above 16, a
-    /// zero `large_round` or `small_segment`, or a negative or NaN `held_ratio`.
+    /// its total memory, a fraction outside (0, 1] (or NaN), `leading_bits_in_bin_id` above
+    /// [`crate::MAX_LEADING_BITS`], a zero `large_round` or `small_segment`, or a negative
+    /// or NaN `held_ratio`. Every other value works (sizes and ratios saturate).
     pub fn with_config(allocator: A, config: PoolConfig) -> Result<Self> {
-        if config.leading_bits_in_bin_id > 16 {
-            return Err(Error::invalid("leading_bits_in_bin_id must be at most 16"));
-        }
-        if config.large_round == 0 || config.small_segment == 0 {
-            return Err(Error::invalid("large_round and small_segment must be at least one byte"));
-        }
-        if config.held_ratio.is_nan() || config.held_ratio < 0.0 {
-            return Err(Error::invalid(format!(
-                "held_ratio {} is not a non-negative number",
-                config.held_ratio
-            )));
-        }
+        config.check()?;
         let limit = resolve_limit(&allocator, config.limit)?;
         Ok(Self::build(allocator, config, limit))
     }
 
     fn build(allocator: A, config: PoolConfig, limit: Option<usize>) -> Self {
-        let bins = (usize::BITS as usize + 1) << config.leading_bits_in_bin_id;
-        let state = State {
-            arena: Arena::new(bins),
-            holding: true,
-            limit,
-            hits: 0,
-            misses: 0,
-            peak_managed: 0,
-            peak_active: 0,
-            window_peak: [0, 0],
-            window_frees: 0,
-            held_floor: 0,
-        };
-        MemoryPool { shared: Arc::new(Shared { allocator, config, state: Mutex::new(state) }) }
+        let state = Mutex::new(State::new(limit));
+        MemoryPool { shared: Arc::new(Shared { allocator, config, state }) }
     }
 
     /// The allocator the pool draws from.
@@ -162,20 +95,22 @@ impl<A: Allocator> MemoryPool<A> {
     }
 
     /// Sets (or removes) the memory limit; held blocks are freed at once if it is exceeded.
+    /// Segments being allocated by other threads when the limit is lowered still arrive.
     ///
     /// # Errors
-    /// As [`MemoryPool::with_config`] for a fractional limit.
+    /// As [`MemoryPool::with_config`] for a fractional limit; the limit is then unchanged.
     pub fn set_limit(&self, limit: Option<Limit>) -> Result<()> {
         let bytes = resolve_limit(&self.shared.allocator, limit)?;
         let freed = {
             let mut st = self.shared.state.lock();
             st.limit = bytes;
-            match bytes {
-                Some(l) if st.arena.managed > l => {
-                    st.arena.flush_quick();
-                    st.arena.release_free_segments(|a| a.managed > l)
-                }
-                _ => Vec::new(),
+            let reserved = st.reserved;
+            let over = move |managed: usize| bytes.is_some_and(|l| managed.saturating_add(reserved) > l);
+            if over(st.arena.managed) {
+                st.arena.flush_quick();
+                st.arena.release_free_segments(|a| over(a.managed))
+            } else {
+                Vec::new()
             }
         };
         drop(freed);
@@ -187,10 +122,13 @@ impl<A: Allocator> MemoryPool<A> {
     ///
     /// # Errors
     /// [`Error::OutOfMemory`] (with the pool's stats) when the allocator fails even after
-    /// the pool freed what it held, or the limit is reached; other allocator errors.
+    /// the pool freed what it held, the limit is reached, or no block of that size can
+    /// exist; other allocator errors. The pool is unchanged by a failed request except
+    /// for held segments it freed.
     pub fn allocate(&self, bytes: usize) -> Result<PooledBuffer<A>> {
         // The hit path: the newest block of the request's quick list.
-        let bin = bin_number(bytes.max(1), self.shared.config.leading_bits_in_bin_id);
+        // The config was validated: at most MAX_LEADING_BITS.
+        let bin = bin_of(bytes.max(1), self.shared.config.leading_bits_in_bin_id);
         let hit = {
             let mut st = self.shared.state.lock();
             st.arena.take_quick(bin).map(|t| {
@@ -222,11 +160,15 @@ impl<A: Allocator> MemoryPool<A> {
         self.allocate_with(bytes, Some(Box::new(Streams { owner: Some(owner), used_on: Vec::new() })))
     }
 
+    fn out_of_memory(&self, requested: usize, available: Option<usize>) -> Error {
+        Error::OutOfMemory { requested, available, pool: Some(Box::new(self.stats())) }
+    }
+
     #[inline(never)]
     fn allocate_with(&self, bytes: usize, owner: Option<Box<Streams>>) -> Result<PooledBuffer<A>> {
         let cfg = &self.shared.config;
         let bits = cfg.leading_bits_in_bin_id;
-        let bin = bin_number(bytes.max(1), bits);
+        let bin = bin_of(bytes.max(1), bits);
         // A request whose block or segment size does not fit in a usize can never be met.
         let sizes = block_size(bytes, bits).and_then(|size| {
             let seg = if size > cfg.small_max {
@@ -237,90 +179,51 @@ impl<A: Allocator> MemoryPool<A> {
             Some((size, seg))
         });
         let Some((size, seg_size)) = sizes else {
-            return Err(Error::OutOfMemory {
-                requested: bytes,
-                available: None,
-                pool: Some(Box::new(self.stats())),
-            });
+            return Err(self.out_of_memory(bytes, None));
         };
         let large = size > cfg.small_max;
         let min_split = if large { cfg.small_max.max(GRANULE) } else { GRANULE };
-        let tag = owner.as_ref().and_then(|s| s.owner.as_ref()).map(|o| o.id());
-        for _ in 0..8 {
-            let freed;
-            {
-                let mut st = self.shared.state.lock();
-                if let Some(t) = self.take(&mut st, size, bin, large, tag, min_split, true) {
-                    return Ok(self.hand_out(&st, t, bytes, bin, t.size == size, owner));
-                }
-                st.misses += 1;
-                freed = match st.limit {
-                    Some(limit) if st.arena.managed.saturating_add(seg_size) > limit => {
-                        st.arena.flush_quick();
-                        let f =
-                            st.arena.release_free_segments(|a| a.managed.saturating_add(seg_size) > limit);
-                        if st.arena.managed.saturating_add(seg_size) > limit {
-                            let available = limit.saturating_sub(st.arena.active_bytes);
-                            let stats = Box::new(stats_of(&st));
-                            drop(st);
-                            drop(f);
-                            return Err(Error::OutOfMemory {
-                                requested: bytes,
-                                available: Some(available),
-                                pool: Some(stats),
-                            });
-                        }
-                        f
-                    }
-                    _ => Vec::new(),
-                };
-            }
-            drop(freed);
-            let mem = self.allocate_segment(seg_size, bytes)?;
+        let tag = owner.as_ref().and_then(|s| s.owner.as_ref()).map(|o| o.key());
+        let (reserved, freed) = {
             let mut st = self.shared.state.lock();
-            st.arena.add_segment(Arc::new(mem), seg_size, large);
-            st.peak_managed = st.peak_managed.max(st.arena.managed);
-            if let Some(t) = self.take(&mut st, size, bin, large, tag, min_split, false) {
-                return Ok(self.hand_out(&st, t, bytes, bin, t.size == size, owner));
+            if let Some(t) = take(&mut st, size, bin, large, tag, min_split, true) {
+                return Ok(self.hand_out(&st, t, bytes, bin, size, owner));
+            }
+            st.misses = st.misses.saturating_add(1);
+            st.reserve(seg_size)
+        };
+        // Memory is dropped with the lock released.
+        drop(freed);
+        if let Err(available) = reserved {
+            return Err(self.out_of_memory(bytes, available));
+        }
+        let reservation = Reservation { shared: &self.shared, bytes: seg_size };
+        let mem = Arc::new(self.allocate_segment(seg_size, bytes)?);
+        let mut st = self.shared.state.lock();
+        reservation.commit(&mut st);
+        st.arena.add_segment(mem, seg_size, large);
+        st.peak_managed = st.peak_managed.max(st.arena.managed);
+        // The fresh segment is idle and at least `size` bytes, so best fit finds a block.
+        match take(&mut st, size, bin, large, tag, min_split, false) {
+            Some(t) => Ok(self.hand_out(&st, t, bytes, bin, size, owner)),
+            None => {
+                drop(st);
+                Err(self.out_of_memory(bytes, None))
             }
         }
-        Err(Error::OutOfMemory { requested: bytes, available: None, pool: Some(Box::new(self.stats())) })
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn take(
-        &self,
-        st: &mut State<A::Memory>,
-        size: usize,
-        bin: usize,
-        large: bool,
-        tag: Option<u64>,
-        min_split: usize,
-        count_hit: bool,
-    ) -> Option<Taken> {
-        let mut t = st.arena.take(size, bin, large, tag, min_split);
-        if t.is_none() && st.arena.quick_blocks > 0 {
-            st.arena.flush_quick();
-            t = st.arena.take(size, bin, large, tag, min_split);
-        }
-        if t.is_some() {
-            st.note_taken(count_hit);
-        }
-        t
-    }
-
-    #[allow(clippy::too_many_arguments)]
     fn hand_out(
         &self,
         st: &State<A::Memory>,
         t: Taken,
         bytes: usize,
         bin: usize,
-        exact: bool,
+        size: usize,
         owner: Option<Box<Streams>>,
     ) -> PooledBuffer<A> {
         let mem = st.arena.mem_ptr(t.seg);
-        PooledBuffer::new(self.shared.clone(), mem, t, bytes, bin, exact, owner)
+        PooledBuffer::new(self.shared.clone(), mem, t, bytes, bin, t.size == size, owner)
     }
 
     /// Calls the allocator (without the lock); on failure frees held segments, largest
@@ -347,8 +250,7 @@ impl<A: Allocator> MemoryPool<A> {
                             Error::OutOfMemory { available, .. } => available,
                             _ => None,
                         };
-                        let pool = Some(Box::new(self.stats()));
-                        return Err(Error::OutOfMemory { requested, available, pool });
+                        return Err(self.out_of_memory(requested, available));
                     }
                     tracing::debug!(
                         freed = freed.len(),
@@ -360,107 +262,28 @@ impl<A: Allocator> MemoryPool<A> {
             }
         }
     }
-
-    /// The counters.
-    pub fn stats(&self) -> PoolStats {
-        stats_of(&self.shared.state.lock())
-    }
-
-    /// Free blocks kept for reuse (pyopencl's `held_blocks`).
-    pub fn held_blocks(&self) -> usize {
-        self.shared.state.lock().arena.held_blocks()
-    }
-
-    /// Blocks handed out (pyopencl's `active_blocks`).
-    pub fn active_blocks(&self) -> usize {
-        self.shared.state.lock().arena.active_blocks
-    }
-
-    /// Bytes held from the allocator, active and held (pyopencl's `managed_bytes`).
-    pub fn managed_bytes(&self) -> usize {
-        self.shared.state.lock().arena.managed
-    }
-
-    /// Bytes of the blocks handed out (pyopencl's `active_bytes`).
-    pub fn active_bytes(&self) -> usize {
-        self.shared.state.lock().arena.active_bytes
-    }
-
-    /// Bytes of the held blocks.
-    pub fn held_bytes(&self) -> usize {
-        self.shared.state.lock().arena.held_bytes()
-    }
-
-    /// Active and held blocks per size class, classes with neither left out.
-    pub fn bin_report(&self) -> Vec<BinReport> {
-        let bits = self.shared.config.leading_bits_in_bin_id;
-        let st = self.shared.state.lock();
-        let mut rows: std::collections::BTreeMap<usize, BinReport> = std::collections::BTreeMap::new();
-        for (bin, n) in st.arena.active_per_bin().enumerate().filter(|&(_, n)| n > 0) {
-            rows.insert(bin, BinReport { bin, max_size: alloc_size(bin, bits), active: n, held: 0 });
-        }
-        for size in st.arena.held_sizes() {
-            let bin = bin_number(size, bits);
-            rows.entry(bin)
-                .or_insert(BinReport { bin, max_size: alloc_size(bin, bits), active: 0, held: 0 })
-                .held += 1;
-        }
-        rows.into_values().collect()
-    }
-
-    /// Returns every wholly free segment to the allocator (pyopencl's `free_held`).
-    pub fn free_held(&self) {
-        let freed = {
-            let mut st = self.shared.state.lock();
-            st.arena.flush_quick();
-            st.arena.release_free_segments(|_| true)
-        };
-        drop(freed);
-    }
-
-    /// Frees what is held and makes later frees go straight back to the allocator once
-    /// their segment is wholly free (pyopencl's `stop_holding`).
-    pub fn stop_holding(&self) {
-        self.shared.state.lock().holding = false;
-        self.free_held();
-    }
-
-    /// Frees wholly free segments, largest first, until at most `bytes` are held.
-    pub fn trim_to(&self, bytes: usize) {
-        let freed = {
-            let mut st = self.shared.state.lock();
-            st.arena.flush_quick();
-            st.arena.release_free_segments(|a| a.held_bytes() > bytes)
-        };
-        drop(freed);
-    }
 }
 
-pub(crate) fn stats_of<M>(st: &State<M>) -> PoolStats {
-    PoolStats {
-        active_blocks: st.arena.active_blocks,
-        active_bytes: st.arena.active_bytes,
-        held_blocks: st.arena.held_blocks(),
-        held_bytes: st.arena.held_bytes(),
-        managed_bytes: st.arena.managed,
-        peak_managed_bytes: st.peak_managed,
-        peak_active_bytes: st.peak_active,
-        hits: st.hits,
-        misses: st.misses,
-        limit: st.limit,
+/// A block for `tag` from what the pool holds: the quick list or best fit, and when that
+/// fails and blocks wait in quick lists or on events, again after merging those that may
+/// merge.
+#[allow(clippy::too_many_arguments)]
+fn take<M>(
+    st: &mut State<M>,
+    size: usize,
+    bin: usize,
+    large: bool,
+    tag: Option<StreamKey>,
+    min_split: usize,
+    count_hit: bool,
+) -> Option<Taken> {
+    let mut t = st.arena.take(size, bin, large, tag, min_split);
+    if t.is_none() && (st.arena.quick_blocks > 0 || st.arena.free.pending_len() > 0) {
+        st.arena.flush_quick();
+        t = st.arena.take(size, bin, large, tag, min_split);
     }
-}
-
-fn resolve_limit<A: Allocator>(a: &A, limit: Option<Limit>) -> Result<Option<usize>> {
-    match limit {
-        None => Ok(None),
-        Some(Limit::Bytes(b)) => Ok(Some(b)),
-        Some(Limit::Fraction(f)) if f > 0.0 && f <= 1.0 => {
-            let total = a.memory_info().map(|m| m.total).ok_or_else(|| {
-                Error::invalid("a fractional limit needs an allocator that reports its total memory")
-            })?;
-            Ok(Some((total as f64 * f) as usize))
-        }
-        Some(Limit::Fraction(f)) => Err(Error::invalid(format!("limit fraction {f} outside (0, 1]"))),
+    if t.is_some() {
+        st.note_taken(count_hit);
     }
+    t
 }
