@@ -96,6 +96,10 @@ impl<B: Kernels, T: Element> Bufferizer<B, T> {
             return Err(Error::invalid("a bufferizer needs a capacity of at least one element"));
         }
         let element_len = checked_size(element_shape)?;
+        // The whole buffer's shape must be a valid array shape, so that `view()` works.
+        let mut shape = vec![capacity];
+        shape.extend_from_slice(element_shape);
+        Layout::contiguous(&shape, Order::C)?;
         let bytes = element_len
             .checked_mul(capacity)
             .and_then(|n| n.checked_mul(T::DTYPE.size()))
