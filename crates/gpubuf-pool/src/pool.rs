@@ -7,7 +7,7 @@ use crate::config::resolve_limit;
 pub use crate::config::{Limit, PoolConfig};
 use crate::state::State;
 use crate::stream::{PoolStream, StreamHandle, StreamKey};
-use gpubuf_core::{Allocator, Backend, Error, Result};
+use gpubuf_core::{Allocator, Backend, DeviceMemory, Error, Result};
 use parking_lot::Mutex;
 use std::sync::Arc;
 
@@ -123,8 +123,9 @@ impl<A: Allocator> MemoryPool<A> {
     /// # Errors
     /// [`Error::OutOfMemory`] (with the pool's stats) when the allocator fails even after
     /// the pool freed what it held, the limit is reached, or no block of that size can
-    /// exist; other allocator errors. The pool is unchanged by a failed request except
-    /// for held segments it freed.
+    /// exist; [`Error::InvalidArgument`] when the allocator returns less memory than asked
+    /// for; other allocator errors. The pool is unchanged by a failed request except for
+    /// held segments it freed.
     pub fn allocate(&self, bytes: usize) -> Result<PooledBuffer<A>> {
         // The hit path: the newest block of the request's quick list.
         // The config was validated: at most MAX_LEADING_BITS.
@@ -198,7 +199,15 @@ impl<A: Allocator> MemoryPool<A> {
             return Err(self.out_of_memory(bytes, available));
         }
         let reservation = Reservation { shared: &self.shared, bytes: seg_size };
-        let mem = Arc::new(self.allocate_segment(seg_size, bytes)?);
+        let mem = self.allocate_segment(seg_size, bytes)?;
+        if mem.len() < seg_size {
+            // Blocks carved past its end would fail every bounds check later: refuse now.
+            return Err(Error::invalid(format!(
+                "the pool's allocator returned {} bytes for a request of {seg_size}",
+                mem.len()
+            )));
+        }
+        let mem = Arc::new(mem);
         let mut st = self.shared.state.lock();
         reservation.commit(&mut st);
         st.arena.add_segment(mem, seg_size, large);

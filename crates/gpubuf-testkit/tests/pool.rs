@@ -107,6 +107,8 @@ struct Budget<A> {
     peak: Arc<AtomicUsize>,
     calls: Arc<AtomicUsize>,
     delay: Duration,
+    /// Bytes each allocation is short of the request (a broken allocator).
+    short: Arc<AtomicUsize>,
 }
 
 struct Counted<M: DeviceMemory> {
@@ -153,8 +155,12 @@ impl<A: Allocator> Allocator for Budget<A> {
             .map_err(refuse)?;
         self.peak.fetch_max(now + bytes, Ordering::SeqCst);
         std::thread::sleep(self.delay);
-        match self.inner.allocate(bytes) {
-            Ok(mem) => Ok(Counted { mem, used: self.used.clone() }),
+        match self.inner.allocate(bytes - self.short.load(Ordering::SeqCst).min(bytes)) {
+            Ok(mem) => {
+                // Give back the shortfall: `Counted` returns what `mem` really holds.
+                self.used.fetch_sub(bytes - mem.len(), Ordering::SeqCst);
+                Ok(Counted { mem, used: self.used.clone() })
+            }
             Err(e) => {
                 self.used.fetch_sub(bytes, Ordering::SeqCst);
                 Err(e)
@@ -177,6 +183,7 @@ fn budget<B: Kernels>(b: &B, bytes: usize) -> Budget<B> {
         peak: Arc::new(AtomicUsize::new(0)),
         calls: Arc::new(AtomicUsize::new(0)),
         delay: Duration::ZERO,
+        short: Arc::new(AtomicUsize::new(0)),
     }
 }
 
@@ -542,6 +549,26 @@ fn a_failed_event_keeps_the_block_with_its_stream<B: Kernels>(b: &B) -> Result<(
     Ok(())
 }
 
+/// An allocator that returns less memory than asked for is refused with a typed error
+/// (blocks carved past the end of its allocation would fail every later bounds check); the
+/// pool's counters do not move and it works again once the allocator does.
+fn a_short_allocation_is_refused<B: Kernels>(b: &B) -> Result<()> {
+    let alloc = budget(b, 64 << 20);
+    alloc.short.store(4096, Ordering::SeqCst);
+    let pool = MemoryPool::new(alloc.clone());
+    match pool.allocate(1000) {
+        Err(Error::InvalidArgument(m)) => assert!(m.contains("returned"), "{m}"),
+        other => panic!("expected InvalidArgument, got {other:?}"),
+    }
+    let st = pool.stats();
+    assert_eq!((st.managed_bytes, st.active_bytes, st.held_bytes), (0, 0, 0));
+    assert_eq!(alloc.used.load(Ordering::SeqCst), 0, "the short allocation was given back");
+    alloc.short.store(0, Ordering::SeqCst);
+    let x = pool.allocate(1000)?;
+    check_stats(&pool, std::slice::from_ref(&x));
+    Ok(())
+}
+
 /// Configs at the edges work or are refused with a typed error, and never panic: holding
 /// everything (`min_held_bytes: usize::MAX`, which made a free overflow), an infinite
 /// ratio, a window of 0 or u32::MAX, tiny and huge segment sizes.
@@ -618,6 +645,7 @@ backend_tests!(
     stream_ids_are_never_reused,
     a_failed_event_keeps_the_block_with_its_stream,
     extreme_configs,
+    a_short_allocation_is_refused,
     pooled_buffers_return_on_last_drop
 );
 
