@@ -1,46 +1,18 @@
-//! The memory pool on every backend.
+//! The memory pool on every backend: accounting, padding, the out-of-memory ladder, the
+//! limit, held memory, extreme configs, threads and leases. Stream ordering and concurrent
+//! growth are in `pool_order.rs`.
+
+mod pool_support;
 
 use gpubuf::pool::{
     alloc_size, bin_number, block_size, DeferredAllocator, ImmediateAllocator, Limit, MemoryPool, PoolConfig,
     GRANULE,
 };
-use gpubuf::{Allocator, Backend, DeviceMemory, Error, Kernels, MemoryInfo, NDBuffer, Order, Result};
+use gpubuf::{Error, Kernels, NDBuffer, Order, Result};
 use gpubuf_testkit::backend_tests;
-use gpubuf_testkit::gated::Gated;
+use pool_support::{budget, check_stats, runner};
 use proptest::prelude::*;
-use proptest::test_runner::{Config, TestRunner};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Barrier};
-use std::time::Duration;
-
-fn runner(cases: u32) -> TestRunner {
-    TestRunner::new(Config { cases, failure_persistence: None, ..Config::default() })
-}
-
-/// Checks the pool's invariants against the blocks the test holds.
-fn check_stats<A: Allocator>(pool: &MemoryPool<A>, live: &[gpubuf::PooledBuffer<A>]) {
-    let st = pool.stats();
-    assert_eq!(st.active_blocks, live.len());
-    assert_eq!(st.active_bytes, live.iter().map(|b| b.block_size()).sum::<usize>());
-    assert_eq!(st.managed_bytes, st.active_bytes + st.held_bytes, "managed = active + held");
-    assert_eq!(pool.active_blocks(), st.active_blocks);
-    assert_eq!(pool.held_blocks(), st.held_blocks);
-    let report = pool.bin_report();
-    assert_eq!(report.iter().map(|r| r.active).sum::<usize>(), live.len());
-    assert_eq!(report.iter().map(|r| r.held).sum::<usize>(), st.held_blocks);
-    // No two live blocks share a byte.
-    let mut ranges: Vec<(usize, usize, usize)> =
-        live.iter().map(|b| (b.memory().id(), b.offset(), b.offset() + b.block_size())).collect();
-    ranges.sort_unstable();
-    for w in ranges.windows(2) {
-        assert!(w[0].0 != w[1].0 || w[0].2 <= w[1].1, "blocks overlap: {w:?}");
-    }
-    for b in live {
-        assert!(b.block_size() >= b.len());
-        assert!(b.offset() + b.block_size() <= b.memory().len());
-        assert_eq!(b.offset() % GRANULE, 0);
-    }
-}
+use std::sync::atomic::Ordering;
 
 /// proptest: random allocate/release sequences keep the stats consistent, and everything
 /// returns to zero after all is released and `free_held`.
@@ -95,96 +67,6 @@ fn padding_is_bounded<B: Kernels>(_b: &B) -> Result<()> {
             Ok(())
         })
         .map_err(|e| Error::invalid(e.to_string()))
-}
-
-/// An allocator that refuses once `budget` bytes are outstanding (an out-of-memory on
-/// demand); it records the most bytes ever outstanding and can be made slow.
-#[derive(Clone)]
-struct Budget<A> {
-    inner: A,
-    budget: usize,
-    used: Arc<AtomicUsize>,
-    peak: Arc<AtomicUsize>,
-    calls: Arc<AtomicUsize>,
-    delay: Duration,
-    /// Bytes each allocation is short of the request (a broken allocator).
-    short: Arc<AtomicUsize>,
-}
-
-struct Counted<M: DeviceMemory> {
-    mem: M,
-    used: Arc<AtomicUsize>,
-}
-
-impl<M: DeviceMemory> std::fmt::Debug for Counted<M> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.mem.fmt(f)
-    }
-}
-
-impl<M: DeviceMemory> DeviceMemory for Counted<M> {
-    fn len(&self) -> usize {
-        self.mem.len()
-    }
-    fn id(&self) -> usize {
-        self.mem.id()
-    }
-}
-
-impl<M: DeviceMemory> Drop for Counted<M> {
-    fn drop(&mut self) {
-        self.used.fetch_sub(self.mem.len(), Ordering::SeqCst);
-    }
-}
-
-impl<A: Allocator> Allocator for Budget<A> {
-    type Memory = Counted<A::Memory>;
-    fn allocate(&self, bytes: usize) -> Result<Self::Memory> {
-        self.calls.fetch_add(1, Ordering::SeqCst);
-        let refuse = |now: usize| Error::OutOfMemory {
-            requested: bytes,
-            available: Some(self.budget.saturating_sub(now)),
-            pool: None,
-        };
-        // Take the bytes atomically, so concurrent callers cannot pass the budget together.
-        let now = self
-            .used
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |now| {
-                now.checked_add(bytes).filter(|&t| t <= self.budget)
-            })
-            .map_err(refuse)?;
-        self.peak.fetch_max(now + bytes, Ordering::SeqCst);
-        std::thread::sleep(self.delay);
-        match self.inner.allocate(bytes - self.short.load(Ordering::SeqCst).min(bytes)) {
-            Ok(mem) => {
-                // Give back the shortfall: `Counted` returns what `mem` really holds.
-                self.used.fetch_sub(bytes - mem.len(), Ordering::SeqCst);
-                Ok(Counted { mem, used: self.used.clone() })
-            }
-            Err(e) => {
-                self.used.fetch_sub(bytes, Ordering::SeqCst);
-                Err(e)
-            }
-        }
-    }
-    fn memory_info(&self) -> Option<MemoryInfo> {
-        Some(MemoryInfo {
-            free: self.budget.saturating_sub(self.used.load(Ordering::SeqCst)) as u64,
-            total: self.budget as u64,
-        })
-    }
-}
-
-fn budget<B: Kernels>(b: &B, bytes: usize) -> Budget<B> {
-    Budget {
-        inner: b.clone(),
-        budget: bytes,
-        used: Arc::new(AtomicUsize::new(0)),
-        peak: Arc::new(AtomicUsize::new(0)),
-        calls: Arc::new(AtomicUsize::new(0)),
-        delay: Duration::ZERO,
-        short: Arc::new(AtomicUsize::new(0)),
-    }
 }
 
 /// The out-of-memory ladder: when the allocator fails, held blocks are freed (largest
@@ -381,174 +263,6 @@ fn threads_never_share_a_block<B: Kernels>(b: &B) -> Result<()> {
     Ok(())
 }
 
-/// Where a block lies: (allocation, offset).
-fn place<A: Allocator>(b: &gpubuf::PooledBuffer<A>) -> (usize, usize) {
-    (b.memory().id(), b.offset())
-}
-
-/// Stream-ordered reuse, with events that stay pending until the test completes them: a
-/// block freed on a stream goes back out at once on that stream, and to another stream or
-/// the host only once every stream that used it is done; the bytes written before the free
-/// are intact when the block is reused.
-fn stream_ordered_reuse<B: Kernels>(b: &B) -> Result<()> {
-    let g = Gated::new(b.clone());
-    let pool = MemoryPool::new(ImmediateAllocator(g.clone()));
-    let (s1, s2) = (g.new_stream()?, g.new_stream()?);
-    let x = pool.allocate_on(100_000, &g, &s1)?;
-    let at = place(&x);
-    g.fill(&s1, x.memref(), &[7])?;
-    drop(x);
-    assert_eq!(g.pending(), 1, "the free recorded an event on s1");
-    // Pending: the host and s2 must get other memory, s1 gets it back at once.
-    let host = pool.allocate(100_000)?;
-    assert_ne!(place(&host), at, "the host got a block s1 may still be using");
-    let on_s2 = pool.allocate_on(100_000, &g, &s2)?;
-    assert_ne!(place(&on_s2), at, "s2 got a block s1 may still be using");
-    let mut y = pool.allocate_on(100_000, &g, &s1)?;
-    assert_eq!(place(&y), at, "s1 reuses its own block at once");
-    // Used on s2 too: after s1 completes, only s2 may take it; after s2, anyone.
-    y.record_stream(&g, &s2);
-    drop(y);
-    g.complete(&s1)?;
-    let on_s1 = pool.allocate_on(100_000, &g, &s1)?;
-    assert_ne!(place(&on_s1), at, "s1 got a block s2 may still be using");
-    let host2 = pool.allocate(100_000)?;
-    assert_ne!(place(&host2), at, "the host got a block s2 may still be using");
-    let z = pool.allocate_on(100_000, &g, &s2)?;
-    assert_eq!(place(&z), at, "s2's events are the only ones left: s2 may take it");
-    drop(z);
-    g.complete(&s2)?;
-    let w = pool.allocate(100_000)?;
-    assert_eq!(place(&w), at, "all done: the host gets it");
-    let mut back = vec![0u8; 100_000];
-    g.read(g.default_stream(), w.memory(), w.offset(), &mut back)?;
-    assert!(back.iter().all(|&v| v == 7), "the bytes written on s1 are intact");
-    drop((host, on_s2, on_s1, host2, w));
-    check_stats(&pool, &[]);
-    Ok(())
-}
-
-/// Many blocks waiting on a stream whose events have not completed (more than any search
-/// window) neither hide the free memory beside them nor make the pool grow: the host and
-/// another stream are served from the rest of the segment, the stream itself from its own
-/// blocks, and nothing is allocated until the segment is really used up.
-fn waiting_blocks_do_not_grow_the_pool<B: Kernels>(b: &B) -> Result<()> {
-    let g = Gated::new(b.clone());
-    let pool = MemoryPool::new(ImmediateAllocator(g.clone()));
-    let (s1, s2) = (g.new_stream()?, g.new_stream()?);
-    let blocks: Vec<_> = (0..40).map(|_| pool.allocate_on(4096, &g, &s1)).collect::<Result<_>>()?;
-    let waiting: Vec<_> = blocks.iter().map(place).collect();
-    drop(blocks);
-    let managed = pool.managed_bytes();
-    assert_eq!(managed, 2 << 20, "one small segment");
-    let mut live = Vec::new();
-    for i in 0..100 {
-        let blk = if i % 2 == 0 { pool.allocate(4096)? } else { pool.allocate_on(4096, &g, &s2)? };
-        assert!(!waiting.contains(&place(&blk)), "request {i} got a block s1 may still be using");
-        live.push(blk);
-    }
-    assert_eq!(pool.managed_bytes(), managed, "the pool grew while free memory was usable");
-    for _ in 0..40 {
-        let own = pool.allocate_on(4096, &g, &s1)?;
-        assert!(waiting.contains(&place(&own)), "s1 takes its own waiting blocks first");
-        live.push(own);
-    }
-    assert_eq!(pool.managed_bytes(), managed);
-    check_stats(&pool, &live);
-    drop(live);
-    g.complete_all()?;
-    pool.free_held();
-    assert_eq!(pool.managed_bytes(), 0);
-    Ok(())
-}
-
-/// The limit holds when threads grow the pool at once: each of 4 threads asks for a 3 MiB
-/// block (a 4 MiB segment) under a 4 MiB limit, released together by a barrier, with an
-/// allocator slow enough for them to overlap. One succeeds per round, the others get
-/// OutOfMemory; the bytes the allocator ever had out never pass the limit, and the
-/// accounting is exact afterwards.
-fn limit_holds_under_concurrent_growth<B: Kernels>(b: &B) -> Result<()> {
-    let limit = 4 << 20;
-    let mut alloc = budget(b, 1 << 30);
-    alloc.delay = Duration::from_millis(5);
-    let cfg = PoolConfig { limit: Some(Limit::Bytes(limit)), ..PoolConfig::default() };
-    let pool = MemoryPool::with_config(alloc.clone(), cfg)?;
-    for round in 0..5 {
-        let barrier = Barrier::new(4);
-        let got: Vec<Option<gpubuf::PooledBuffer<_>>> = std::thread::scope(|s| {
-            let hs: Vec<_> = (0..4)
-                .map(|_| {
-                    s.spawn(|| {
-                        barrier.wait();
-                        match pool.allocate(3 << 20) {
-                            Ok(blk) => Ok(Some(blk)),
-                            Err(Error::OutOfMemory { .. }) => Ok(None),
-                            Err(e) => Err(e),
-                        }
-                    })
-                })
-                .collect();
-            hs.into_iter()
-                .map(|h| h.join().unwrap_or_else(|_| Err(Error::invalid("thread panicked"))))
-                .collect::<Result<Vec<_>>>()
-        })?;
-        let live: Vec<_> = got.into_iter().flatten().collect();
-        assert_eq!(live.len(), 1, "round {round}: exactly one 4 MiB segment fits under the limit");
-        assert!(pool.managed_bytes() <= limit, "round {round}: managed {} bytes", pool.managed_bytes());
-        assert!(alloc.peak.load(Ordering::SeqCst) <= limit, "round {round}: the allocator had more out");
-        check_stats(&pool, &live);
-        drop(live);
-        pool.free_held();
-        assert_eq!(pool.managed_bytes(), 0);
-        assert_eq!(alloc.used.load(Ordering::SeqCst), 0);
-    }
-    let st = pool.stats();
-    assert_eq!((st.active_bytes, st.held_bytes, st.managed_bytes), (0, 0, 0));
-    assert!(st.peak_managed_bytes <= limit);
-    Ok(())
-}
-
-/// Stream identities are never reused: a stream created after another was destroyed gets
-/// a new one (drivers reuse handles, and a pool that took the handle for the identity
-/// would hand a block of the old stream's pending work to the new stream at once).
-fn stream_ids_are_never_reused<B: Kernels>(b: &B) -> Result<()> {
-    let mut seen = std::collections::HashSet::new();
-    seen.insert(b.stream_id(b.default_stream()));
-    for i in 0..64 {
-        let s = b.new_stream()?;
-        let id = b.stream_id(&s);
-        assert_eq!(b.stream_id(&s.clone()), id, "a clone is the same stream");
-        assert!(seen.insert(id), "stream {i} got the identity {id} of an earlier stream");
-        drop(s);
-    }
-    Ok(())
-}
-
-/// A free whose event cannot be recorded leaves the block with its stream: nothing tells
-/// when the stream's work on it is done, so neither the host nor another stream gets it
-/// (it used to become free for anyone).
-fn a_failed_event_keeps_the_block_with_its_stream<B: Kernels>(b: &B) -> Result<()> {
-    let g = Gated::new(b.clone());
-    let pool = MemoryPool::new(ImmediateAllocator(g.clone()));
-    let (s1, s2) = (g.new_stream()?, g.new_stream()?);
-    let x = pool.allocate_on(8192, &g, &s1)?;
-    let at = place(&x);
-    g.fail_records(true);
-    drop(x);
-    g.fail_records(false);
-    let host = pool.allocate(8192)?;
-    let other = pool.allocate_on(8192, &g, &s2)?;
-    assert!(place(&host) != at && place(&other) != at, "the block left its stream");
-    let own = pool.allocate_on(8192, &g, &s1)?;
-    assert_eq!(place(&own), at, "its own stream may still reuse it");
-    drop((host, other, own));
-    g.complete_all()?;
-    check_stats(&pool, &[]);
-    pool.free_held();
-    assert_eq!(pool.managed_bytes(), 0, "the segment is still released");
-    Ok(())
-}
-
 /// An allocator that returns less memory than asked for is refused with a typed error
 /// (blocks carved past the end of its allocation would fail every later bounds check); the
 /// pool's counters do not move and it works again once the allocator does.
@@ -639,11 +353,6 @@ backend_tests!(
     huge_requests_are_out_of_memory,
     immediate_and_deferred,
     threads_never_share_a_block,
-    stream_ordered_reuse,
-    waiting_blocks_do_not_grow_the_pool,
-    limit_holds_under_concurrent_growth,
-    stream_ids_are_never_reused,
-    a_failed_event_keeps_the_block_with_its_stream,
     extreme_configs,
     a_short_allocation_is_refused,
     pooled_buffers_return_on_last_drop
