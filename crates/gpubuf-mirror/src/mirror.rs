@@ -166,9 +166,7 @@ impl<B: Kernels, T: Element> Mirror<B, T> {
                 )));
             }
         }
-        for r in runs {
-            self.pending.insert(r, self.policy);
-        }
+        self.pending.insert_all(runs, self.policy);
         Ok(f(view.apply(self.host.view_mut())))
     }
 

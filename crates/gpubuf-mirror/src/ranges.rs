@@ -107,6 +107,25 @@ impl RangeSet {
     /// Adds `r`, merging with ranges no more than `policy.gap` bytes away, then enforces
     /// `policy.max_ranges`. An empty or reversed `r` adds nothing.
     pub fn insert(&mut self, r: Range<usize>, policy: DirtyPolicy) {
+        self.merge_in(r, policy);
+        if self.map.len() > policy.max_ranges.max(1) {
+            self.cap(policy.max_ranges.max(1));
+        }
+    }
+
+    /// Adds every range of `ranges` as [`RangeSet::insert`] does, enforcing
+    /// `policy.max_ranges` once at the end (much cheaper than one by one past the cap).
+    pub fn insert_all(&mut self, ranges: impl IntoIterator<Item = Range<usize>>, policy: DirtyPolicy) {
+        for r in ranges {
+            self.merge_in(r, policy);
+        }
+        if self.map.len() > policy.max_ranges.max(1) {
+            self.cap(policy.max_ranges.max(1));
+        }
+    }
+
+    /// Adds `r`, merging with ranges no more than `policy.gap` bytes away (no cap).
+    fn merge_in(&mut self, r: Range<usize>, policy: DirtyPolicy) {
         if r.start >= r.end {
             return;
         }
@@ -128,19 +147,36 @@ impl RangeSet {
             end = end.max(e);
         }
         self.map.insert(start, end);
-        if self.map.len() > policy.max_ranges.max(1) {
-            self.cap(policy.max_ranges.max(1));
-        }
     }
 
     /// Merges the closest neighbours until at most `cap` ranges remain.
     fn cap(&mut self, cap: usize) {
+        if self.map.len() == cap + 1 {
+            // One over (an insert past the cap): merge the closest neighbours, in O(n).
+            let mut best: Option<(usize, usize)> = None; // (gap, start of the right range)
+            let mut prev_end: Option<usize> = None;
+            for (&s, &e) in &self.map {
+                if let Some(pe) = prev_end {
+                    if best.is_none_or(|(g, _)| s - pe < g) {
+                        best = Some((s - pe, s));
+                    }
+                }
+                prev_end = Some(e);
+            }
+            if let Some((_, s)) = best {
+                if let Some(e) = self.map.remove(&s) {
+                    if let Some((_, left_end)) = self.map.range_mut(..s).next_back() {
+                        *left_end = e;
+                    }
+                }
+            }
+        }
         while self.map.len() > cap {
             let v = self.ranges();
             let mut gaps: Vec<usize> = v.windows(2).map(|w| w[1].start - w[0].end).collect();
-            gaps.sort_unstable();
             // Merge every gap up to the one that brings the count down to `cap`.
-            let limit = gaps[(v.len() - cap).saturating_sub(1).min(gaps.len() - 1)];
+            let nth = (v.len() - cap).saturating_sub(1).min(gaps.len() - 1);
+            let limit = *gaps.select_nth_unstable(nth).1;
             let mut merged: Vec<Range<usize>> = Vec::with_capacity(v.len());
             for r in v {
                 match merged.last_mut() {
@@ -158,8 +194,11 @@ impl RangeSet {
         if r.start >= r.end {
             return;
         }
+        // Only the last range starting at or before `r.start` and those starting inside `r`
+        // can meet it (the ranges are disjoint).
+        let first = self.map.range(..=r.start).next_back().map_or(r.start, |(&s, _)| s);
         let hits: Vec<(usize, usize)> =
-            self.map.range(..r.end).filter(|(_, &e)| e > r.start).map(|(&s, &e)| (s, e)).collect();
+            self.map.range(first..r.end).filter(|(_, &e)| e > r.start).map(|(&s, &e)| (s, e)).collect();
         for (s, e) in hits {
             self.map.remove(&s);
             if s < r.start {
@@ -207,6 +246,23 @@ mod tests {
         h.insert(20..32, DirtyPolicy::hull());
         h.insert(4..8, DirtyPolicy::hull());
         assert_eq!(h.ranges(), vec![4..32]);
+    }
+
+    #[test]
+    fn caps_merge_the_closest_and_removes_span_ranges() {
+        let mut s = RangeSet::default();
+        let p = DirtyPolicy { gap: 0, max_ranges: 3 };
+        for r in [0..2, 10..12, 13..14, 40..41] {
+            s.insert(r, p);
+        }
+        assert_eq!(s.ranges(), vec![0..2, 10..14, 40..41]);
+        let mut t = RangeSet::default();
+        t.insert_all([50..51, 0..2, 10..12, 13..14, 40..41, 30..31], DirtyPolicy { gap: 0, max_ranges: 2 });
+        assert_eq!(t.ranges(), vec![0..14, 30..51]);
+        s.remove(1..41);
+        assert_eq!(s.ranges(), vec![0..1]);
+        t.remove(5..35);
+        assert_eq!(t.ranges(), vec![0..5, 35..51]);
     }
 
     #[test]
