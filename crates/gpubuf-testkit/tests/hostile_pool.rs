@@ -7,8 +7,8 @@
 
 use gpubuf::cpu::{CpuBackend, CpuMemory};
 use gpubuf::pool::{
-    alloc_size, bin_number, block_size, Limit, MemoryPool, PoolConfig, PooledBuffer, GRANULE,
-    MAX_LEADING_BITS,
+    alloc_size, bin_number, block_size, DeferredAllocator, ImmediateAllocator, Limit, MemoryPool, PoolConfig,
+    PooledBuffer, GRANULE, MAX_LEADING_BITS,
 };
 use gpubuf::{Allocator, Backend, DeviceMemory, Error, MemoryInfo, Result};
 use gpubuf_testkit::gated::{Gated, GatedStream};
@@ -283,7 +283,7 @@ fn run_ops(cfg: PoolConfig, budget: usize, ops: Vec<Op>) -> std::result::Result<
         match op {
             Op::Allocate(n) => live.extend(accept(pool.allocate(n), n)?),
             Op::AllocateOn(n, s) => live.extend(accept(pool.allocate_on(n, &g, &streams[s]), n)?),
-            Op::Release(i) if !live.is_empty() => drop(live.swap_remove(i.index(live.len()))),
+            Op::Release(i) if !live.is_empty() => live.swap_remove(i.index(live.len())).release(),
             Op::Release(_) => {}
             Op::RecordStream(i, s) if !live.is_empty() => {
                 let n = live.len();
@@ -394,14 +394,20 @@ fn size_classes_take_any_arguments() {
 #[test]
 fn leases_and_streams_survive_hostile_requests() {
     let g = Gated::new(gpubuf_testkit::cpu());
-    let pool = MemoryPool::new(g.clone());
+    let deferred = MemoryPool::new(DeferredAllocator(g.clone()));
+    let pool = MemoryPool::new(ImmediateAllocator(g.clone()));
     let s = g.new_stream().expect("stream");
     for bytes in [usize::MAX, 1 << 62, usize::MAX / 2 + 1, usize::MAX - 255] {
         match pool.allocate_on(bytes, &g, &s) {
             Err(Error::OutOfMemory { requested, .. }) => assert_eq!(requested, bytes),
             other => panic!("{bytes}: {other:?}"),
         }
+        match deferred.allocate(bytes) {
+            Err(Error::OutOfMemory { requested, .. }) => assert_eq!(requested, bytes),
+            other => panic!("{bytes}: {other:?}"),
+        }
     }
+    assert_eq!(deferred.managed_bytes(), 0);
     let mut blk = pool.allocate_on(0, &g, &s).expect("zero bytes are a valid request");
     blk.record_stream(&g, g.default_stream());
     blk.record_stream(&g, &s);
