@@ -42,34 +42,47 @@ pub fn rotate_boundary(b: Boundary, turns: i32) -> Boundary {
 /// turned the other way: the sender's direction `sent` is `sent` turned `-rotation` times
 /// in the receiver's frame, and the receiver faces the sender across its opposite.
 pub fn receiving_boundary(sent: Boundary, rotation: i32) -> Boundary {
-    rotate_boundary(sent, -rotation).opposite()
+    // -rotation mod 4 without negating (i32::MIN has no negation).
+    rotate_boundary(sent, (4 - rotation.rem_euclid(4)) % 4).opposite()
 }
 
 /// A tile of `layout = (ny, nx)` ranks, rank `j * nx + i` at row `j` (south to north) and
 /// column `i` (west to east), wrapping around when `periodic`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TilePartitioner {
-    /// Ranks along y and x.
-    pub layout: (usize, usize),
-    /// Whether edges wrap around (NDSL's tile partitioner always does).
-    pub periodic: bool,
+    layout: (usize, usize),
+    periodic: bool,
 }
 
 impl TilePartitioner {
     /// A tile partitioner.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for a layout with a zero.
+    /// [`Error::InvalidArgument`] for a layout with a zero, or with more ranks than
+    /// `isize::MAX`.
     pub fn new(layout: (usize, usize), periodic: bool) -> Result<Self> {
         if layout.0 == 0 || layout.1 == 0 {
             return Err(Error::invalid(format!("layout {layout:?} has no ranks")));
         }
+        if layout.0.checked_mul(layout.1).is_none_or(|n| n > isize::MAX as usize) {
+            return Err(Error::invalid(format!("layout {layout:?} has more than isize::MAX ranks")));
+        }
         Ok(TilePartitioner { layout, periodic })
     }
 
-    /// `(j, i)` of a rank within its tile.
+    /// Ranks along y and x.
+    pub fn layout(&self) -> (usize, usize) {
+        self.layout
+    }
+
+    /// Whether edges wrap around (NDSL's tile partitioner always does).
+    pub fn periodic(&self) -> bool {
+        self.periodic
+    }
+
+    /// `(j, i)` of a rank within its tile (ranks past the tile wrap around).
     pub fn subtile_index(&self, rank: usize) -> (usize, usize) {
-        let within = rank % (self.layout.0 * self.layout.1);
+        let within = rank % self.total_ranks();
         (within / self.layout.1, within % self.layout.1)
     }
 
@@ -140,17 +153,28 @@ impl Partitioner for TilePartitioner {
 /// tile 3, otherwise 0; a corner sums its two edges. Tile corners have no neighbour.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CubedSpherePartitioner {
-    /// The partitioner of one face (periodic, as NDSL's).
-    pub tile: TilePartitioner,
+    tile: TilePartitioner,
 }
 
 impl CubedSpherePartitioner {
     /// A cubed sphere of square `layout` per face.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for a non-square or empty layout.
+    /// [`Error::InvalidArgument`] for an empty layout, or one with more than `isize::MAX`
+    /// ranks over the six faces.
     pub fn new(layout: usize) -> Result<Self> {
-        Ok(CubedSpherePartitioner { tile: TilePartitioner::new((layout, layout), true)? })
+        let tile = TilePartitioner::new((layout, layout), true)?;
+        if tile.total_ranks().checked_mul(6).is_none_or(|n| n > isize::MAX as usize) {
+            return Err(Error::invalid(format!(
+                "a cube of {layout}x{layout} faces has more than isize::MAX ranks"
+            )));
+        }
+        Ok(CubedSpherePartitioner { tile })
+    }
+
+    /// The partitioner of one face (periodic, as NDSL's).
+    pub fn tile(&self) -> &TilePartitioner {
+        &self.tile
     }
 
     fn per_tile(&self) -> usize {
@@ -174,8 +198,8 @@ impl CubedSpherePartitioner {
         let (ny, nx) = self.tile.layout;
         let even = t % 2 == 0;
         let within = |r: usize| Neighbor { rank: r, rotation: 0 };
-        let shift =
-            |r: usize, by: isize| ((r as isize + by * n as isize).rem_euclid(6 * n as isize)) as usize;
+        // One tile forward or back around the six; 7n fits (new() bounds 6n by isize::MAX).
+        let shift = |r: usize, by: isize| if by > 0 { (r + n) % (6 * n) } else { (r + 5 * n) % (6 * n) };
         let plain = self.tile.edge(rank, b)?;
         Some(match b {
             Boundary::West if i == 0 && even => Neighbor { rank: self.cross(rank, t - 2), rotation: 1 },

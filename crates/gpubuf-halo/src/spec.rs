@@ -66,29 +66,74 @@ impl QuantityHaloSpec {
     /// allocations), with `dims` naming the axes.
     ///
     /// # Errors
-    /// [`Error::ShapeMismatch`] when `dims` and `extent` differ in length.
+    /// [`Error::ShapeMismatch`] when `dims` and `extent` differ in length;
+    /// [`Error::InvalidArgument`] when a horizontal axis is narrower than the halo (the
+    /// points sent would include halo points: `n_halo <= extent`, one point less on an
+    /// interface axis, whose last point is shared) or when the array's size or byte span
+    /// overflows.
     pub fn centered(dims: &[Dim], extent: &[usize], n_halo: usize, pad: usize, dtype: DType) -> Result<Self> {
         if dims.len() != extent.len() {
             return Err(Error::ShapeMismatch { expected: vec![dims.len()], got: vec![extent.len()] });
         }
+        let too_big =
+            || Error::invalid(format!("extent {extent:?} with halo {n_halo} and pad {pad} overflows"));
         let origin: Vec<usize> = dims.iter().map(|d| if d.is_horizontal() { n_halo } else { 0 }).collect();
-        let shape: Vec<usize> = extent.iter().zip(&origin).map(|(e, o)| e + 2 * o + pad).collect();
-        let layout = Layout::contiguous(&shape, gpubuf_core::Order::C)?;
-        Ok(QuantityHaloSpec {
+        let mut shape = Vec::with_capacity(dims.len());
+        for (&e, &o) in extent.iter().zip(&origin) {
+            let n = o.checked_mul(2).and_then(|h| h.checked_add(e)).and_then(|n| n.checked_add(pad));
+            shape.push(n.ok_or_else(too_big)?);
+        }
+        // C-order strides over every axis (an empty axis counts as one point, so the
+        // strides stay valid whatever the other axes hold).
+        let mut strides = vec![0isize; shape.len()];
+        let mut acc: isize = 1;
+        for ax in (0..shape.len()).rev() {
+            strides[ax] = acc;
+            let n = isize::try_from(shape[ax].max(1)).map_err(|_| too_big())?;
+            acc = acc.checked_mul(n).ok_or_else(too_big)?;
+        }
+        let spec = QuantityHaloSpec {
             n_halo,
-            strides: layout.strides().to_vec(),
+            strides,
             shape,
             dtype,
             origin,
             extent: extent.to_vec(),
             dims: dims.to_vec(),
-        })
+        };
+        spec.layout()?;
+        for (ax, &dim) in dims.iter().enumerate() {
+            spec.check_halo_fits(ax, dim)?;
+        }
+        Ok(spec)
     }
 
-    /// The array's layout (offset 0).
+    /// Checks that the halo fits inside the compute domain of horizontal axis `ax`: the
+    /// `n_halo` points sent across an edge must all be compute points (NDSL never sends
+    /// halo points), so `n_halo <= extent`, or `n_halo + 1 <= extent` on an interface axis.
+    fn check_halo_fits(&self, ax: usize, dim: Dim) -> Result<()> {
+        if !dim.is_horizontal() || self.n_halo == 0 {
+            return Ok(());
+        }
+        let need = self.n_halo.checked_add(usize::from(dim.is_interface()));
+        if need.is_none_or(|n| n > self.extent[ax]) {
+            return Err(Error::invalid(format!(
+                "a halo of {} points on axis {ax} ({dim:?}) needs a compute domain of at least {} points, not {}",
+                self.n_halo,
+                self.n_halo.saturating_add(usize::from(dim.is_interface())),
+                self.extent[ax]
+            )));
+        }
+        Ok(())
+    }
+
+    /// The array's layout (offset 0), after checking the spec: matching lengths, positive
+    /// strides, the compute domain inside the array, and a byte span (counting an empty axis
+    /// as one point) that fits in `isize`, so no index arithmetic on the spec can overflow.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for inconsistent lengths or non-positive strides.
+    /// [`Error::InvalidArgument`] for inconsistent lengths, non-positive strides or an
+    /// overflowing span; [`Error::OutOfBounds`] for a compute domain outside the array.
     pub fn layout(&self) -> Result<Layout> {
         let n = self.shape.len();
         if self.strides.len() != n || self.origin.len() != n || self.extent.len() != n || self.dims.len() != n
@@ -99,14 +144,29 @@ impl QuantityHaloSpec {
             return Err(Error::invalid("spec strides must be positive"));
         }
         for ax in 0..n {
-            if self.origin[ax] + self.extent[ax] > self.shape[ax] {
+            let end = self.origin[ax].checked_add(self.extent[ax]);
+            if end.is_none_or(|end| end > self.shape[ax]) {
                 return Err(Error::OutOfBounds {
                     what: format!("compute domain on axis {ax}"),
                     start: self.origin[ax],
-                    end: self.origin[ax] + self.extent[ax],
+                    end: end.unwrap_or(usize::MAX),
                     len: self.shape[ax],
                 });
             }
+        }
+        // One axis reaches at most (usize::MAX - 1) * isize::MAX < 2^127: each product fits
+        // in i128, the sum and the byte count are checked.
+        let bytes = self
+            .shape
+            .iter()
+            .zip(&self.strides)
+            .try_fold(1i128, |acc, (&n, &s)| acc.checked_add((n.max(1) as i128 - 1) * s as i128))
+            .and_then(|elements| elements.checked_mul(self.dtype.size() as i128));
+        if bytes.is_none_or(|b| b > isize::MAX as i128) {
+            return Err(Error::invalid(format!(
+                "spec of shape {:?} and strides {:?} spans more than isize::MAX bytes",
+                self.shape, self.strides
+            )));
         }
         Layout::new(self.shape.clone(), self.strides.clone(), 0)
     }
@@ -123,6 +183,8 @@ impl QuantityHaloSpec {
     /// to send, otherwise the halo points to receive.
     ///
     /// # Errors
+    /// As [`QuantityHaloSpec::layout`]; [`Error::InvalidArgument`] when a horizontal axis
+    /// at the boundary is narrower than the halo (see [`QuantityHaloSpec::centered`]);
     /// [`Error::OutOfBounds`] when the boundary region leaves the array.
     pub fn boundary_slices(&self, boundary: Boundary, interior: bool) -> Result<Vec<Range<usize>>> {
         self.layout()?;
@@ -131,24 +193,33 @@ impl QuantityHaloSpec {
             let (o, e, n) = (self.origin[ax], self.extent[ax], self.n_halo);
             let overlap = usize::from(dim.is_interface());
             let at_start = if dim.is_horizontal() { boundary.at_start(dim) } else { None };
-            let (start, stop) = match (at_start, interior) {
-                (None, _) => (o as isize, (o + e) as isize),
-                (Some(true), true) => ((o + overlap) as isize, (o + overlap + n) as isize),
-                (Some(true), false) => (o as isize - n as isize, o as isize),
-                (Some(false), true) => {
-                    ((o + e) as isize - overlap as isize - n as isize, (o + e - overlap) as isize)
-                }
-                (Some(false), false) => ((o + e) as isize, (o + e + n) as isize),
-            };
-            if start < 0 || stop > self.shape[ax] as isize {
-                return Err(Error::OutOfBounds {
-                    what: format!("{boundary:?} boundary on axis {ax} ({dim:?})"),
-                    start: start.max(0) as usize,
-                    end: stop.max(0) as usize,
-                    len: self.shape[ax],
-                });
+            if at_start.is_some() {
+                self.check_halo_fits(ax, dim)?;
             }
-            out.push(start as usize..stop as usize);
+            let end = o.checked_add(e);
+            let (start, stop) = match (at_start, interior) {
+                (None, _) => (Some(o), end),
+                (Some(true), true) => {
+                    (o.checked_add(overlap), o.checked_add(overlap).and_then(|s| s.checked_add(n)))
+                }
+                (Some(true), false) => (o.checked_sub(n), Some(o)),
+                (Some(false), true) => (
+                    end.and_then(|x| x.checked_sub(overlap)).and_then(|x| x.checked_sub(n)),
+                    end.and_then(|x| x.checked_sub(overlap)),
+                ),
+                (Some(false), false) => (end, end.and_then(|x| x.checked_add(n))),
+            };
+            match (start, stop) {
+                (Some(start), Some(stop)) if start <= stop && stop <= self.shape[ax] => out.push(start..stop),
+                _ => {
+                    return Err(Error::OutOfBounds {
+                        what: format!("{boundary:?} boundary on axis {ax} ({dim:?})"),
+                        start: start.unwrap_or(0),
+                        end: stop.unwrap_or(usize::MAX),
+                        len: self.shape[ax],
+                    })
+                }
+            }
         }
         Ok(out)
     }
@@ -253,13 +324,19 @@ impl HaloExchangeSpec {
     }
 
     /// Elements packed (NDSL's `pack_buffer_size`).
-    pub fn pack_size(&self) -> usize {
-        self.pack_slices.iter().map(|r| r.len()).product()
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when the product of the slice lengths overflows.
+    pub fn pack_size(&self) -> Result<usize> {
+        slices_size(&self.pack_slices)
     }
 
     /// Elements unpacked.
-    pub fn unpack_size(&self) -> usize {
-        self.unpack_slices.iter().map(|r| r.len()).product()
+    ///
+    /// # Errors
+    /// As [`HaloExchangeSpec::pack_size`].
+    pub fn unpack_size(&self) -> Result<usize> {
+        slices_size(&self.unpack_slices)
     }
 
     /// Checks the slices against the array.
@@ -274,4 +351,12 @@ impl HaloExchangeSpec {
         }
         Ok(())
     }
+}
+
+/// The number of points in a box of `slices` (an empty or reversed range holds none).
+fn slices_size(slices: &[Range<usize>]) -> Result<usize> {
+    slices
+        .iter()
+        .try_fold(1usize, |acc, r| acc.checked_mul(r.end.saturating_sub(r.start)))
+        .ok_or_else(|| Error::invalid(format!("slices {slices:?} hold more than usize::MAX points")))
 }

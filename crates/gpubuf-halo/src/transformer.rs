@@ -94,7 +94,12 @@ impl<B: Kernels, T: Element> HaloDataTransformer<B, T> {
         let all: Vec<&HaloExchangeSpec> = x.iter().chain(y.iter().flatten()).collect();
         check_dtypes::<T>(&all)?;
         let compiled = compile(&x, y.as_deref())?;
-        let bytes = compiled.buffer_len() * T::DTYPE.size();
+        let bytes = compiled.buffer_len().checked_mul(T::DTYPE.size()).ok_or_else(|| {
+            Error::invalid(format!(
+                "a pack buffer of {} elements overflows usize bytes",
+                compiled.buffer_len()
+            ))
+        })?;
         let mut t = HaloDataTransformer {
             backend: backend.clone(),
             stream: backend.default_stream().clone(),
@@ -205,13 +210,17 @@ impl<B: Kernels, T: Element> HaloDataTransformer<B, T> {
             if !q.backend().same_device(&self.backend) {
                 return Err(Error::DeviceMismatch(format!("quantity {k} lives on another device")));
             }
+            // The array from its first element on. An empty view may carry any offset,
+            // even past its storage (nothing of it is ever touched): it gets an empty range.
+            // Non-empty views lie inside their storage (NDBuffer checks it), and the
+            // backends check every range against the plan before a launch.
             let storage = q.storage();
-            let start = storage.offset + q.layout().offset() * size;
-            let r = MemRef {
-                memory: storage.memory,
-                offset: start,
-                len: storage.len - q.layout().offset() * size,
-            };
+            let skip = q.layout().offset().saturating_mul(size).min(storage.len);
+            let start = storage
+                .offset
+                .checked_add(skip)
+                .ok_or_else(|| Error::invalid("quantity offset overflows"))?;
+            let r = MemRef { memory: storage.memory, offset: start, len: storage.len - skip };
             let key = (r.memory.id(), start);
             match keys.iter().position(|k| *k == key) {
                 Some(u) => {
@@ -226,6 +235,15 @@ impl<B: Kernels, T: Element> HaloDataTransformer<B, T> {
             }
         }
         Ok((refs, map))
+    }
+
+    /// Checks quantities as [`HaloDataTransformer::async_pack`] would, without queueing
+    /// anything: their number, shapes, strides and device.
+    ///
+    /// # Errors
+    /// As [`HaloDataTransformer::async_pack`], without driver errors.
+    pub fn check_quantities(&self, x: &[&NDBuffer<B, T>], y: Option<&[&NDBuffer<B, T>]>) -> Result<()> {
+        self.arrays(x, y).map(|_| ())
     }
 
     /// Queues the packing of every spec's pack slices (rotated) into the pack buffer.
@@ -285,11 +303,15 @@ impl<B: Kernels, T: Element> HaloDataTransformer<B, T> {
     /// Copies received data (on the same device) into the unpack buffer.
     ///
     /// # Errors
-    /// [`Error::ShapeMismatch`] when `data` is not exactly the buffer's size; driver errors.
+    /// [`Error::ShapeMismatch`] when `data` is not exactly the buffer's size;
+    /// [`Error::DeviceMismatch`] when it lives on another device; driver errors.
     pub fn receive(&mut self, data: &Buffer<B>) -> Result<()> {
         let buf = self.unpack_buffer.as_ref().ok_or_else(|| Error::invalid("transformer finalized"))?;
         if data.len() != buf.len() {
             return Err(Error::ShapeMismatch { expected: vec![buf.len()], got: vec![data.len()] });
+        }
+        if !data.backend().same_device(&self.backend) {
+            return Err(Error::DeviceMismatch("received data lives on another device".into()));
         }
         self.backend.copy(&self.stream, data.memref(), buf.memory(), buf.offset())
     }
