@@ -16,6 +16,7 @@
 //! # Ok::<(), gpubuf_core::Error>(())
 //! ```
 
+mod staging;
 mod updater;
 
 pub use mpi;

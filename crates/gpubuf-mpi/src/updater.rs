@@ -1,5 +1,6 @@
 //! [`HaloUpdater`]: halo updates of several quantities with every neighbour rank.
 
+use crate::staging::Staging;
 use gpubuf_buffer::NDBuffer;
 use gpubuf_core::{Element, Error, Kernels, Result};
 use gpubuf_halo::{
@@ -20,19 +21,23 @@ struct Link<B: Kernels, T: Element> {
     per_quantity: usize,
     send_tag: i32,
     recv_tag: i32,
-    send: Box<[u8]>,
-    recv: Box<[u8]>,
+    send: Staging,
+    recv: Staging,
 }
 
 /// The x and (for vectors) y quantity lists of one transformer.
 type Lists<'q, B, T> = (Vec<&'q NDBuffer<B, T>>, Option<Vec<&'q NDBuffer<B, T>>>);
 
-/// Requests in flight between `start` and `wait`.
-struct InFlight {
-    recvs: Vec<Request<'static, [u8], StaticScope>>,
-    sends: Vec<Request<'static, [u8], StaticScope>>,
+/// Where an update stands between `start` and `wait`.
+enum Flight {
+    /// Messages posted: every request still refers to a staging buffer of the updater.
+    Posted {
+        recvs: Vec<Request<'static, [u8], StaticScope>>,
+        sends: Vec<Request<'static, [u8], StaticScope>>,
+    },
+    /// Every message completed; the received halos are staged but not (all) unpacked yet.
+    Received,
 }
-
 /// Halo updates after NDSL's `HaloUpdater`: one [`HaloDataTransformer`] per neighbour rank
 /// holding every boundary shared with it, for several quantities at once (scalars, or
 /// vectors as x and y lists). [`HaloUpdater::start`] posts the receives, packs (one launch
@@ -47,7 +52,7 @@ pub struct HaloUpdater<B: Kernels, T: Element> {
     links: Vec<Link<B, T>>,
     quantities: usize,
     vector: bool,
-    in_flight: Option<InFlight>,
+    in_flight: Option<Flight>,
 }
 
 impl<B: Kernels, T: Element> std::fmt::Debug for HaloUpdater<B, T> {
@@ -80,10 +85,16 @@ impl<B: Kernels, T: Element> HaloUpdater<B, T> {
     /// quantity `q` (for vectors its x component, with `y[q]` its y component). `name`
     /// identifies the updater on every rank (it seeds the message tags).
     ///
+    /// Collective over `comm` (it duplicates the communicator first, so a rank that then
+    /// fails a check does not leave the others waiting in `new`).
+    ///
     /// # Errors
     /// [`Error::InvalidArgument`] when the communicator size differs from the
-    /// partitioner's ranks, for an empty quantity list, or for x and y lists of different
-    /// lengths; spec errors from the transformers.
+    /// partitioner's ranks, for an empty quantity list, x and y lists of different lengths,
+    /// a spec without halo points (NDSL refuses them too), a partitioner naming a rank
+    /// outside the communicator, or a message longer than MPI can count (`i32::MAX`
+    /// bytes); [`Error::OutOfMemory`] when the host staging buffers cannot be allocated;
+    /// spec errors from the transformers.
     pub fn new(
         backend: &B,
         comm: &SimpleCommunicator,
@@ -92,6 +103,7 @@ impl<B: Kernels, T: Element> HaloUpdater<B, T> {
         y: Option<&[QuantityHaloSpec]>,
         name: &str,
     ) -> Result<Self> {
+        let comm = comm.duplicate();
         let size = comm.size() as usize;
         if size != partitioner.total_ranks() {
             return Err(Error::invalid(format!(
@@ -102,11 +114,20 @@ impl<B: Kernels, T: Element> HaloUpdater<B, T> {
         if x.is_empty() || y.is_some_and(|y| y.len() != x.len()) {
             return Err(Error::invalid("an updater needs quantities, with as many y as x specs for vectors"));
         }
+        if x.iter().chain(y.into_iter().flatten()).any(|s| s.n_halo == 0) {
+            return Err(Error::invalid("cannot perform a halo update on zero halo points"));
+        }
         let me = comm.rank() as usize;
         // Outgoing links by neighbour, in the order of this rank's boundaries.
         let mut out: BTreeMap<usize, Vec<(Boundary, i32)>> = BTreeMap::new();
         for b in Boundary::ALL {
             if let Some(n) = partitioner.neighbor(me, b) {
+                if n.rank >= size {
+                    return Err(Error::invalid(format!(
+                        "the partitioner puts rank {} across {b:?} of rank {me}, in a communicator of {size}",
+                        n.rank
+                    )));
+                }
                 out.entry(n.rank).or_default().push((b, n.rotation));
             }
         }
@@ -145,24 +166,25 @@ impl<B: Kernels, T: Element> HaloUpdater<B, T> {
                 Ok(v)
             };
             let transformer = HaloDataTransformer::new(backend, make(x)?, y.map(make).transpose()?)?;
-            let bytes = transformer.buffer_len() * T::DTYPE.size();
+            let bytes =
+                transformer.buffer_len().checked_mul(T::DTYPE.size()).filter(|&b| b <= i32::MAX as usize);
+            let bytes = bytes.ok_or_else(|| {
+                Error::invalid(format!(
+                    "a message of {} elements to rank {n} is longer than MPI can count",
+                    transformer.buffer_len()
+                ))
+            })?;
             links.push(Link {
                 rank: n,
                 per_quantity: sends.len(),
                 send_tag: tag(name, &out_pairs, x.len(), y.is_some()),
                 recv_tag: tag(name, &incoming, x.len(), y.is_some()),
                 transformer,
-                send: vec![0u8; bytes].into_boxed_slice(),
-                recv: vec![0u8; bytes].into_boxed_slice(),
+                send: Staging::new(bytes)?,
+                recv: Staging::new(bytes)?,
             });
         }
-        Ok(HaloUpdater {
-            comm: comm.duplicate(),
-            links,
-            quantities: x.len(),
-            vector: y.is_some(),
-            in_flight: None,
-        })
+        Ok(HaloUpdater { comm, links, quantities: x.len(), vector: y.is_some(), in_flight: None })
     }
 
     /// Neighbour ranks, one transformer and one message each way per neighbour.
@@ -191,69 +213,106 @@ impl<B: Kernels, T: Element> HaloUpdater<B, T> {
         Ok((expand(x), y.map(expand)))
     }
 
-    /// Posts the receives, packs every neighbour's message and sends it.
+    /// Checks the quantities against every neighbour's transformer (count, shapes,
+    /// strides, device) and returns the per-link lists.
+    fn checked_lists<'q>(
+        &self,
+        x: &[&'q NDBuffer<B, T>],
+        y: Option<&[&'q NDBuffer<B, T>]>,
+    ) -> Result<Vec<Lists<'q, B, T>>> {
+        let mut all = Vec::with_capacity(self.links.len());
+        for link in &self.links {
+            let (xs, ys) = self.lists(link, x, y)?;
+            link.transformer.check_quantities(&xs, ys.as_deref())?;
+            all.push((xs, ys));
+        }
+        Ok(all)
+    }
+
+    /// Packs every neighbour's message, stages it on the host, then posts the receives
+    /// and sends. Every check and every fallible step comes before the first message is
+    /// posted: on an error nothing is in flight and the updater is ready for another
+    /// `start`.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] when an update is already in flight or for the wrong
-    /// quantities; pack and transfer errors.
+    /// number of quantities; the transformer's errors for quantities of the wrong shape,
+    /// strides or device; pack and transfer errors.
     pub fn start(&mut self, x: &[&NDBuffer<B, T>], y: Option<&[&NDBuffer<B, T>]>) -> Result<()> {
         if self.in_flight.is_some() {
             return Err(Error::invalid("a halo update is already in flight; call wait first"));
         }
         let _span = tracing::debug_span!("halo.start", neighbors = self.links.len()).entered();
-        let mut flight = InFlight { recvs: Vec::new(), sends: Vec::new() };
+        let lists = self.checked_lists(x, y)?;
+        for (link, (xs, ys)) in self.links.iter_mut().zip(&lists) {
+            link.transformer.async_pack(xs, ys.as_deref())?;
+        }
         for link in &mut self.links {
-            // SAFETY: the receive buffer is owned by the updater and not touched again until
-            // `wait` (or `Drop`) has completed this request.
+            // SAFETY: no update is in flight (checked above), so MPI holds no request on
+            // this buffer.
+            let send = unsafe { link.send.bytes_mut() };
+            link.transformer.pack_buffer()?.read_into(0, send)?;
+        }
+        // Nothing below can fail: no request is ever dropped unfinished.
+        let (mut recvs, mut sends) = (Vec::new(), Vec::new());
+        for link in &mut self.links {
+            // SAFETY: `link.recv` is a live allocation of `len` bytes owned by the updater
+            // and held by raw pointer. Nothing else reads, writes or frees it until this
+            // request completes: `wait` completes it before reading the bytes, `start`
+            // refuses to run while it is in flight, and `Drop` completes it before the links
+            // (and their buffers) are freed; a leaked updater leaks the buffer too.
             let buf: &'static mut [u8] =
-                unsafe { std::slice::from_raw_parts_mut(link.recv.as_mut_ptr(), link.recv.len()) };
+                unsafe { std::slice::from_raw_parts_mut(link.recv.as_ptr(), link.recv.len()) };
             let p = self.comm.process_at_rank(link.rank as i32);
-            flight.recvs.push(p.immediate_receive_into_with_tag(StaticScope, buf, link.recv_tag));
+            recvs.push(p.immediate_receive_into_with_tag(StaticScope, buf, link.recv_tag));
         }
-        let mut packed = Vec::with_capacity(self.links.len());
-        for i in 0..self.links.len() {
-            let (xs, ys) = self.lists(&self.links[i], x, y)?;
-            let link = &mut self.links[i];
-            link.transformer.async_pack(&xs, ys.as_deref())?;
-            packed.push(i);
-        }
-        for i in packed {
-            let link = &mut self.links[i];
-            link.transformer.pack_buffer()?.read_into(0, &mut link.send)?;
-            // SAFETY: as for the receive buffer: untouched until the send completes.
+        for link in &self.links {
+            // SAFETY: as for the receive buffer: `link.send` is only written by `start`
+            // (above, before any request exists), which does not run again until `wait` or
+            // `Drop` has completed this send.
             let buf: &'static [u8] =
                 unsafe { std::slice::from_raw_parts(link.send.as_ptr(), link.send.len()) };
             let p = self.comm.process_at_rank(link.rank as i32);
-            flight.sends.push(p.immediate_send_with_tag(StaticScope, buf, link.send_tag));
+            sends.push(p.immediate_send_with_tag(StaticScope, buf, link.send_tag));
         }
-        self.in_flight = Some(flight);
+        self.in_flight = Some(Flight::Posted { recvs, sends });
         Ok(())
     }
 
     /// Completes the messages of [`HaloUpdater::start`] and unpacks every received halo.
+    /// The quantities are checked before anything completes: on a wrong argument the
+    /// update stays in flight and `wait` can be called again with the right ones.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] without an update in flight or for the wrong quantities;
-    /// unpack errors.
+    /// [`Error::InvalidArgument`] without an update in flight or for the wrong quantities
+    /// (nothing changes); unpack errors (driver errors), after which some halos may be
+    /// updated and the received data is kept: the next `wait` unpacks it again.
     pub fn wait(&mut self, x: &[&NDBuffer<B, T>], y: Option<&[&NDBuffer<B, T>]>) -> Result<()> {
-        let flight = self.in_flight.take().ok_or_else(|| Error::invalid("no halo update in flight"))?;
+        if self.in_flight.is_none() {
+            return Err(Error::invalid("no halo update in flight"));
+        }
+        let lists = self.checked_lists(x, y)?;
         let _span = tracing::debug_span!("halo.wait", neighbors = self.links.len()).entered();
-        for r in flight.recvs {
-            r.wait();
+        if let Some(Flight::Posted { recvs, sends }) = self.in_flight.take() {
+            complete(recvs, sends);
         }
-        for s in flight.sends {
-            s.wait();
-        }
-        for i in 0..self.links.len() {
-            let (xs, ys) = self.lists(&self.links[i], x, y)?;
-            let link = &mut self.links[i];
-            link.transformer.receive_host(&link.recv)?;
-            link.transformer.async_unpack(&xs, ys.as_deref())?;
+        self.in_flight = Some(Flight::Received);
+        for (link, (xs, ys)) in self.links.iter_mut().zip(&lists) {
+            // SAFETY: every request completed above, so MPI no longer writes this buffer.
+            let recv = unsafe { link.recv.bytes() };
+            link.transformer.receive_host(recv)?;
+            link.transformer.async_unpack(xs, ys.as_deref())?;
         }
         for link in &self.links {
             link.transformer.synchronize()?;
         }
+        self.in_flight = None;
         Ok(())
+    }
+
+    /// Whether an update was started and not yet completed by a successful `wait`.
+    pub fn in_flight(&self) -> bool {
+        self.in_flight.is_some()
     }
 
     /// `start` then `wait`.
@@ -267,15 +326,25 @@ impl<B: Kernels, T: Element> HaloUpdater<B, T> {
 }
 
 impl<B: Kernels, T: Element> Drop for HaloUpdater<B, T> {
+    /// Completes the messages of an update still in flight before the staging buffers go
+    /// (it blocks until the neighbours' matching messages arrive, as `wait` does): MPI never
+    /// writes into or reads from freed memory, and no request is dropped unfinished.
     fn drop(&mut self) {
-        // Requests must complete before their buffers go.
-        if let Some(flight) = self.in_flight.take() {
-            for r in flight.recvs {
-                r.wait();
-            }
-            for s in flight.sends {
-                s.wait();
-            }
+        if let Some(Flight::Posted { recvs, sends }) = self.in_flight.take() {
+            complete(recvs, sends);
         }
+    }
+}
+
+/// Waits for every request.
+fn complete(
+    recvs: Vec<Request<'static, [u8], StaticScope>>,
+    sends: Vec<Request<'static, [u8], StaticScope>>,
+) {
+    for r in recvs {
+        r.wait();
+    }
+    for s in sends {
+        s.wait();
     }
 }

@@ -30,6 +30,63 @@ fn global(salt: f64, face: usize, gi: usize, gj: usize, k: usize) -> f64 {
     salt + face as f64 * 1e6 + gi as f64 * 1000.0 + gj as f64 * 10.0 + k as f64
 }
 
+/// The local block of a 2-D tile decomposition, with the global field it is cut from.
+struct Tile {
+    part: TilePartitioner,
+    me: usize,
+    spec: QuantityHaloSpec,
+    nxl: usize,
+    nyl: usize,
+}
+
+impl Tile {
+    fn new(comm: &SimpleCommunicator, layout: (usize, usize), periodic: bool) -> Result<Self> {
+        let (nxl, nyl) = (5usize, 4usize);
+        let spec = QuantityHaloSpec::centered(&[Dim::X, Dim::Y, Dim::Z], &[nxl, nyl, NZ], H, 0, DType::F64)?;
+        Ok(Tile { part: TilePartitioner::new(layout, periodic)?, me: comm.rank() as usize, spec, nxl, nyl })
+    }
+
+    /// The local array of quantity `salt`: the global field inside, the sentinel in the halo.
+    fn array<B: Kernels>(&self, b: &B, salt: f64) -> Result<NDBuffer<B, f64>> {
+        let (j, i) = self.part.subtile_index(self.me);
+        let (nxl, nyl) = (self.nxl, self.nyl);
+        let a = ArrayD::from_shape_fn(IxDyn(&self.spec.shape), |ix| {
+            let (a, bb, k) = (ix[0], ix[1], ix[2]);
+            if (H..H + nxl).contains(&a) && (H..H + nyl).contains(&bb) {
+                global(salt, 0, i * nxl + a - H, j * nyl + bb - H, k)
+            } else {
+                SENTINEL
+            }
+        });
+        NDBuffer::from_ndarray(b, a.view())
+    }
+
+    /// Checks every point of `array` (quantity `salt`) after halo updates.
+    fn verify<B: Kernels>(&self, array: &NDBuffer<B, f64>, salt: f64) -> Result<()> {
+        let (j, i) = self.part.subtile_index(self.me);
+        let (layout, periodic) = (self.part.layout(), self.part.periodic());
+        let (gx, gy) = (layout.1 * self.nxl, layout.0 * self.nyl);
+        for (ix, &v) in array.to_ndarray()?.indexed_iter() {
+            let (a, bb, k) = (ix[0] as isize, ix[1] as isize, ix[2]);
+            let gi = (i * self.nxl) as isize + a - H as isize;
+            let gj = (j * self.nyl) as isize + bb - H as isize;
+            let inside = (0..gx as isize).contains(&gi) && (0..gy as isize).contains(&gj);
+            let want = if periodic || inside {
+                global(salt, 0, gi.rem_euclid(gx as isize) as usize, gj.rem_euclid(gy as isize) as usize, k)
+            } else {
+                SENTINEL
+            };
+            if v != want {
+                return Err(Error::invalid(format!(
+                    "rank {} salt {salt} cell {ix:?}: got {v}, want {want}",
+                    self.me
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
 /// A 2-D tile case: scalars and a vector pair, several updates.
 fn tile_case<B: Kernels>(
     b: &B,
@@ -37,28 +94,13 @@ fn tile_case<B: Kernels>(
     layout: (usize, usize),
     periodic: bool,
 ) -> Result<()> {
-    let part = TilePartitioner::new(layout, periodic)?;
-    let me = comm.rank() as usize;
-    let (j, i) = part.subtile_index(me);
-    let (nxl, nyl) = (5usize, 4usize);
-    let (gx, gy) = (layout.1 * nxl, layout.0 * nyl);
-    let spec = QuantityHaloSpec::centered(&[Dim::X, Dim::Y, Dim::Z], &[nxl, nyl, NZ], H, 0, DType::F64)?;
+    let tile = Tile::new(comm, layout, periodic)?;
     let salts = [0.0, 0.25, 0.5, 0.75];
-    let make = |salt: f64| -> ArrayD<f64> {
-        ArrayD::from_shape_fn(IxDyn(&spec.shape), |ix| {
-            let (a, bb, k) = (ix[0], ix[1], ix[2]);
-            if (H..H + nxl).contains(&a) && (H..H + nyl).contains(&bb) {
-                global(salt, 0, i * nxl + a - H, j * nyl + bb - H, k)
-            } else {
-                SENTINEL
-            }
-        })
-    };
-    let arrays: Vec<NDBuffer<B, f64>> =
-        salts.iter().map(|&s| NDBuffer::from_ndarray(b, make(s).view())).collect::<Result<_>>()?;
-    let specs = vec![spec.clone(), spec.clone()];
-    let mut scalars = HaloUpdater::<B, f64>::new(b, comm, &part, &specs, None, "scalars")?;
-    let mut vectors = HaloUpdater::<B, f64>::new(b, comm, &part, &specs[..1], Some(&specs[..1]), "wind")?;
+    let arrays: Vec<NDBuffer<B, f64>> = salts.iter().map(|&s| tile.array(b, s)).collect::<Result<_>>()?;
+    let specs = vec![tile.spec.clone(), tile.spec.clone()];
+    let mut scalars = HaloUpdater::<B, f64>::new(b, comm, &tile.part, &specs, None, "scalars")?;
+    let mut vectors =
+        HaloUpdater::<B, f64>::new(b, comm, &tile.part, &specs[..1], Some(&specs[..1]), "wind")?;
     for _ in 0..3 {
         // Start both before waiting on either: their messages must not mix.
         scalars.start(&[&arrays[0], &arrays[1]], None)?;
@@ -66,30 +108,57 @@ fn tile_case<B: Kernels>(
         vectors.wait(&[&arrays[2]], Some(&[&arrays[3]]))?;
         scalars.wait(&[&arrays[0], &arrays[1]], None)?;
         for (q, &salt) in salts.iter().enumerate() {
-            let got = arrays[q].to_ndarray()?;
-            for (ix, &v) in got.indexed_iter() {
-                let (a, bb, k) = (ix[0] as isize, ix[1] as isize, ix[2]);
-                let gi = (i * nxl) as isize + a - H as isize;
-                let gj = (j * nyl) as isize + bb - H as isize;
-                let inside = (0..gx as isize).contains(&gi) && (0..gy as isize).contains(&gj);
-                let want = if periodic || inside {
-                    global(
-                        salt,
-                        0,
-                        gi.rem_euclid(gx as isize) as usize,
-                        gj.rem_euclid(gy as isize) as usize,
-                        k,
-                    )
-                } else {
-                    SENTINEL
-                };
-                if v != want {
-                    return Err(Error::invalid(format!("rank {me} q{q} cell {ix:?}: got {v}, want {want}")));
-                }
-            }
+            tile.verify(&arrays[q], salt)?;
         }
     }
     Ok(())
+}
+
+/// Expects a typed `InvalidArgument` (or `ShapeMismatch`) from a call that must not panic.
+fn expect_invalid(what: &str, r: Result<()>) -> Result<()> {
+    match r {
+        Err(Error::InvalidArgument(_) | Error::ShapeMismatch { .. }) => Ok(()),
+        other => Err(Error::invalid(format!("{what}: expected a typed argument error, got {other:?}"))),
+    }
+}
+
+/// Wrong arguments are typed errors that leave nothing posted and the updater usable: a
+/// wrong quantity count or shape in `start` (on every rank, then on rank 0 alone while
+/// the others go ahead), a wrong count in `wait` (the update stays in flight), `wait`
+/// without `start`, and an updater dropped with an update in flight.
+fn errors_case<B: Kernels>(b: &B, comm: &SimpleCommunicator, layout: (usize, usize)) -> Result<()> {
+    let tile = Tile::new(comm, layout, true)?;
+    let (u, v) = (tile.array(b, 0.0)?, tile.array(b, 0.5)?);
+    let wrong_shape = NDBuffer::<B, f64>::zeros(b, &[3, 3, NZ])?;
+    let spec = std::slice::from_ref(&tile.spec);
+    let mut up = HaloUpdater::<B, f64>::new(b, comm, &tile.part, spec, None, "errors")?;
+    expect_invalid("start with two quantities", up.start(&[&u, &v], None))?;
+    expect_invalid("start with none", up.start(&[], None))?;
+    expect_invalid("start with y quantities", up.start(&[&u], Some(&[&v])))?;
+    expect_invalid("start with the wrong shape", up.start(&[&wrong_shape], None))?;
+    expect_invalid("wait without start", up.wait(&[&u], None))?;
+    if up.in_flight() {
+        return Err(Error::invalid("a failed start left an update in flight"));
+    }
+    up.update(&[&u], None)?;
+    tile.verify(&u, 0.0)?;
+    // Rank 0 errs while its neighbours' messages to it are already posted.
+    if tile.me == 0 {
+        expect_invalid("start with two quantities on rank 0", up.start(&[&u, &v], None))?;
+    }
+    up.start(&[&v], None)?;
+    expect_invalid("wait with two quantities", up.wait(&[&v, &u], None))?;
+    if !up.in_flight() {
+        return Err(Error::invalid("a refused wait dropped the update in flight"));
+    }
+    up.wait(&[&v], None)?;
+    tile.verify(&v, 0.5)?;
+    // Dropped in flight: the messages complete first, and a new updater works.
+    up.start(&[&u], None)?;
+    drop(up);
+    let w = tile.array(b, 0.25)?;
+    HaloUpdater::<B, f64>::new(b, comm, &tile.part, spec, None, "errors")?.update(&[&w], None)?;
+    tile.verify(&w, 0.25)
 }
 
 /// The cubed sphere with one rank per face: every halo equals the neighbour face's edge,
@@ -163,10 +232,14 @@ fn cube_case<B: Kernels>(b: &B, comm: &SimpleCommunicator) -> Result<()> {
 fn run_all<B: Kernels>(b: &B, world: &SimpleCommunicator, results: &mut Vec<(String, Result<()>)>) {
     let tag = B::KIND.name();
     match world.size() {
-        1 => results.push((format!("{tag} tile 1x1 periodic"), tile_case(b, world, (1, 1), true))),
+        1 => {
+            results.push((format!("{tag} tile 1x1 periodic"), tile_case(b, world, (1, 1), true)));
+            results.push((format!("{tag} tile 1x1 errors"), errors_case(b, world, (1, 1))));
+        }
         4 => {
             results.push((format!("{tag} tile 2x2 periodic"), tile_case(b, world, (2, 2), true)));
             results.push((format!("{tag} tile 2x2 open"), tile_case(b, world, (2, 2), false)));
+            results.push((format!("{tag} tile 2x2 errors"), errors_case(b, world, (2, 2))));
             // Two independent 1x2 periodic decompositions: each rank's west and east
             // neighbour is the same rank.
             let pair = world.split_by_color(Color::with_value(world.rank() / 2));
@@ -174,7 +247,10 @@ fn run_all<B: Kernels>(b: &B, world: &SimpleCommunicator, results: &mut Vec<(Str
                 results.push((format!("{tag} tile 1x2 periodic"), tile_case(b, &pair, (1, 2), true)));
             }
         }
-        6 => results.push((format!("{tag} cubed sphere 1x1"), cube_case(b, world))),
+        6 => {
+            results.push((format!("{tag} cubed sphere 1x1"), cube_case(b, world)));
+            results.push((format!("{tag} tile 2x3 errors"), errors_case(b, world, (2, 3))));
+        }
         n => results.push((format!("{tag} world of {n}"), Err(Error::invalid("run with 1, 4 or 6 ranks")))),
     }
 }
