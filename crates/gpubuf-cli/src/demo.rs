@@ -15,7 +15,7 @@ use gpubuf::bufferizer::Bufferizer;
 use gpubuf::halo::{Boundary, Dim, HaloDataTransformer, HaloExchangeSpec, QuantityHaloSpec};
 use gpubuf::mirror::{DirtyPolicy, Mirror};
 use gpubuf::pool::MemoryPool;
-use gpubuf::{with_backend, BackendKind, BackendVisitor, DType, Error, Kernels, Result};
+use gpubuf::{with_backend, Allocator, BackendKind, BackendVisitor, DType, Error, Kernels, Result};
 use ndarray::{Array2, ArrayD, IxDyn};
 use std::path::PathBuf;
 use std::time::Instant;
@@ -119,21 +119,97 @@ pub fn layout_for(ranks: usize) -> (usize, usize) {
     best
 }
 
+/// Largest `--size` (cells per side): past it the field alone passes 8 TiB.
+pub const MAX_SIZE: usize = 1 << 20;
+/// Most `--steps`: a run that could not end in any reasonable time is refused up front.
+pub const MAX_STEPS: usize = 1_000_000_000;
+/// Snapshots the bufferizer batches before a flush.
+const SNAPSHOT_BATCH: usize = 4;
+
+/// Checks the options against the limits and the decomposition: the size splits evenly
+/// over `layout` (every rank holds at least one cell per side).
+///
+/// # Errors
+/// [`Error::InvalidArgument`] naming the option and the limit.
+pub(crate) fn check_options(opts: &DemoOptions, layout: (usize, usize)) -> Result<()> {
+    let (n, (ny, nx)) = (opts.size, layout);
+    if !(1..=MAX_SIZE).contains(&n) {
+        return Err(Error::invalid(format!("--size {n}: the grid needs 1 to {MAX_SIZE} cells per side")));
+    }
+    if opts.steps > MAX_STEPS {
+        return Err(Error::invalid(format!("--steps {}: at most {MAX_STEPS}", opts.steps)));
+    }
+    if nx == 0 || ny == 0 || n % nx != 0 || n % ny != 0 {
+        return Err(Error::invalid(format!("--size {n} does not split over a {ny}x{nx} layout of ranks")));
+    }
+    Ok(())
+}
+
+/// Bytes rank `rank` needs on the host and on the device (an estimate from above).
+/// Host: the initial field and the mirror's host copy, the stencil's next field and the
+/// local result (four local fields with halo), plus on rank 0 the global field three times
+/// (gathered blocks, their copies, the assembled field). Device: the mirrored field, the
+/// snapshot batch and one spare field.
+fn memory_need(opts: &DemoOptions, layout: (usize, usize), rank: usize) -> Option<(u64, u64)> {
+    let n = opts.size as u64;
+    let (lx, ly) = (n / layout.1 as u64, n / layout.0 as u64);
+    let local = (lx + 2).checked_mul(ly + 2)?.checked_mul(8)?;
+    let global = if rank == 0 { n.checked_mul(n)?.checked_mul(8 * 3)? } else { 0 };
+    let host = local.checked_mul(4)?.checked_add(global)?;
+    let device = local.checked_mul(2 + SNAPSHOT_BATCH as u64)?;
+    Some((host, device))
+}
+
+/// Checks that rank `rank` has the memory the run needs on the host and on `b`'s device
+/// (on the CPU backend both come out of host memory), so a huge `--size` is a clear error
+/// instead of an aborted allocation. Free memory that cannot be read is not checked.
+///
+/// # Errors
+/// [`Error::OutOfMemory`] with the bytes needed and available.
+pub(crate) fn check_memory<B: Kernels>(
+    b: &B,
+    opts: &DemoOptions,
+    layout: (usize, usize),
+    rank: usize,
+) -> Result<()> {
+    let too_much = |requested: u64, available: u64| Error::OutOfMemory {
+        requested: usize::try_from(requested).unwrap_or(usize::MAX),
+        available: Some(usize::try_from(available).unwrap_or(usize::MAX)),
+        pool: None,
+    };
+    let (host, device) = memory_need(opts, layout, rank).ok_or_else(|| too_much(u64::MAX, 0))?;
+    let host_free = gpubuf::cpu::CpuBackend::new().memory_info().map(|m| m.free);
+    let device_free = b.memory_info().map(|m| m.free).or(Some(b.info().total_memory).filter(|&t| t > 0));
+    let checks = if B::KIND == BackendKind::Cpu {
+        [(host.saturating_add(device), host_free), (0, None)]
+    } else {
+        [(host, host_free), (device, device_free)]
+    };
+    for (need, free) in checks {
+        if let Some(free) = free.filter(|&f| need > f) {
+            return Err(too_much(need, free));
+        }
+    }
+    Ok(())
+}
+
 /// Runs the simulation on `b` for rank `rank` of a `layout` decomposition; `make_exchange`
-/// builds the halo exchange for the local field. Returns, on rank 0, the global field
-/// (row-major, y outer), the elapsed seconds and the snapshot batches taken.
+/// builds the halo exchange for the local field. Before anything is allocated the options
+/// and this rank's memory are checked and the outcome passed through `agree`, which
+/// returns an error on every rank when any rank failed (MPI) so that none of them goes on
+/// alone. Returns, on rank 0, the global field (row-major, y outer), the elapsed seconds
+/// and the snapshot batches taken.
 pub(crate) fn simulate<B: Kernels, E: Exchange<B>>(
     b: &B,
     opts: &DemoOptions,
     rank: usize,
     layout: (usize, usize),
+    agree: impl FnOnce(Result<()>) -> Result<()>,
     make_exchange: impl FnOnce(&B, &MemoryPool<B>, &QuantityHaloSpec) -> Result<E>,
 ) -> Result<Option<(Vec<f64>, f64, usize)>> {
+    agree(check_options(opts, layout).and_then(|()| check_memory(b, opts, layout, rank)))?;
     let n = opts.size;
     let (ny, nx) = layout;
-    if n == 0 || n % nx != 0 || n % ny != 0 {
-        return Err(Error::invalid(format!("size {n} does not split over a {ny}x{nx} layout")));
-    }
     let (lx, ly) = (n / nx, n / ny);
     let (j, i) = (rank / nx, rank % nx);
     let pool = MemoryPool::new(b.clone());
@@ -156,8 +232,7 @@ pub(crate) fn simulate<B: Kernels, E: Exchange<B>>(
         .iter()
         .map(|&bd| spec.boundary_slices(bd, false).and_then(|r| field.view(&r)))
         .collect::<Result<_>>()?;
-    let batch = 4;
-    let mut snapshots = Bufferizer::<B, f64>::builder(b, &[lx, ly], batch).pool(&pool).build()?;
+    let mut snapshots = Bufferizer::<B, f64>::builder(b, &[lx, ly], SNAPSHOT_BATCH).pool(&pool).build()?;
     let mut batches = 0usize;
     let pb =
         if rank == 0 { progress(opts.steps as u64, "diffusion") } else { indicatif::ProgressBar::hidden() };
@@ -221,8 +296,14 @@ pub(crate) fn simulate<B: Kernels, E: Exchange<B>>(
 }
 
 /// Writes the field as an SVG heat map (at most 256 x 256 cells drawn).
+///
+/// # Errors
+/// [`Error::ShapeMismatch`] when `field` does not hold `n * n` values; write errors.
 pub fn write_svg(path: &std::path::Path, field: &[f64], n: usize) -> Result<()> {
     use std::fmt::Write as _;
+    if n.checked_mul(n) != Some(field.len()) {
+        return Err(Error::ShapeMismatch { expected: vec![n, n], got: vec![field.len()] });
+    }
     let step = n.div_ceil(256).max(1);
     let cells = n.div_ceil(step);
     let px = 512.0 / cells as f64;
@@ -258,7 +339,7 @@ struct Single<'a>(&'a DemoOptions);
 impl BackendVisitor for Single<'_> {
     type Output = Option<(Vec<f64>, f64, usize)>;
     fn visit<B: Kernels>(self, b: B) -> Result<Self::Output> {
-        simulate(&b, self.0, 0, (1, 1), |b, pool, spec| SelfExchange::new(b, pool, spec))
+        simulate(&b, self.0, 0, (1, 1), |r| r, |b, pool, spec| SelfExchange::new(b, pool, spec))
     }
 }
 

@@ -2,8 +2,9 @@
 
 use crate::demo::{layout_for, report, simulate, DemoOptions, Exchange};
 use gpubuf::halo::{QuantityHaloSpec, TilePartitioner};
+use gpubuf::mpi::mpi::collective::SystemOperation;
 use gpubuf::mpi::mpi::topology::{Communicator, SimpleCommunicator};
-use gpubuf::mpi::mpi::traits::Root;
+use gpubuf::mpi::mpi::traits::{CommunicatorCollectives, Root};
 use gpubuf::mpi::HaloUpdater;
 use gpubuf::{with_backend, BackendKind, BackendVisitor, Error, Kernels, NDBuffer, Result};
 
@@ -41,7 +42,21 @@ impl BackendVisitor for Ranks<'_> {
         let layout = layout_for(size);
         let tiles = TilePartitioner::new(layout, true)?;
         let rank = self.world.rank() as usize;
-        simulate(&b, self.opts, rank, layout, |b, _pool, spec: &QuantityHaloSpec| {
+        // Every rank learns whether any rank failed its checks: none goes on alone into
+        // the collective calls that follow.
+        let agree = |mine: Result<()>| -> Result<()> {
+            let failed_here = u32::from(mine.is_err());
+            let mut failed = 0u32;
+            self.world.all_reduce_into(&failed_here, &mut failed, SystemOperation::sum());
+            match mine {
+                Err(e) => Err(e),
+                Ok(()) if failed > 0 => {
+                    Err(Error::invalid(format!("{failed} other rank(s) refused the run")))
+                }
+                Ok(()) => Ok(()),
+            }
+        };
+        simulate(&b, self.opts, rank, layout, agree, |b, _pool, spec: &QuantityHaloSpec| {
             Ok(MpiExchange {
                 up: HaloUpdater::new(b, self.world, &tiles, std::slice::from_ref(spec), None, "demo-field")?,
                 world: self.world.duplicate(),

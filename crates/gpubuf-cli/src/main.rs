@@ -34,10 +34,10 @@ enum Command {
         /// Backend: cpu, opencl, cuda.
         #[arg(long, default_value = "cpu")]
         backend: String,
-        /// Cells per side of the global grid.
+        /// Cells per side of the global grid (1 to 2^20, and what fits in memory).
         #[arg(long, default_value_t = 256)]
         size: usize,
-        /// Time steps.
+        /// Time steps (at most 10^9).
         #[arg(long, default_value_t = 200)]
         steps: usize,
         /// SVG of the final field.
@@ -90,6 +90,11 @@ fn init_tracing() {
 fn main() -> ExitCode {
     init_tracing();
     let cli = Cli::parse();
+    // For a demo that does not fit: which size to shrink.
+    let demo_size = match &cli.command {
+        Command::Demo { size, .. } => Some(*size),
+        _ => None,
+    };
     let result = match cli.command {
         Command::Info { json } => info::run(json),
         Command::Demo { backend, size, steps, out, snapshot_every } => {
@@ -117,6 +122,9 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("gpubuf: {e}");
+            if let (Some(size), gpubuf::Error::OutOfMemory { .. }) = (demo_size, &e) {
+                eprintln!("gpubuf: demo --size {size} does not fit in the free memory; try a smaller --size (or more ranks under mpirun)");
+            }
             ExitCode::FAILURE
         }
     }

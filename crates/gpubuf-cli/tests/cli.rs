@@ -113,3 +113,48 @@ fn demo_runs_and_is_identical_on_cpu_and_opencl() {
         );
     }
 }
+
+/// Runs `gpubuf demo` with `args`; returns (exit code, stderr). A signal (an abort) has no
+/// exit code and fails the test.
+fn demo_failure(args: &[&str]) -> (i32, String) {
+    let out_svg = std::env::temp_dir().join("gpubuf-demo-refused.svg");
+    let out = gpubuf().arg("demo").args(args).arg("--out").arg(&out_svg).output().expect("runs");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let code = out.status.code().unwrap_or_else(|| panic!("demo {args:?} was killed: {stderr}"));
+    assert!(!stderr.contains("panicked"), "demo {args:?} panicked: {stderr}");
+    (code, stderr)
+}
+
+#[test]
+fn demo_too_big_for_memory_is_a_clear_error() {
+    // 100000^2 cells: about 1 TB; it used to abort allocating the host field.
+    for backend in ["cpu", "opencl"] {
+        let (code, stderr) = demo_failure(&["--size", "100000", "--steps", "1", "--backend", backend]);
+        assert_eq!(code, 1, "{stderr}");
+        if backend == "cpu" || !stderr.contains("unavailable") {
+            assert!(stderr.contains("out of memory: requested"), "{stderr}");
+            assert!(stderr.contains("demo --size 100000 does not fit"), "{stderr}");
+        }
+    }
+}
+
+#[test]
+fn demo_options_out_of_range_are_clear_errors() {
+    for (args, says) in [
+        (vec!["--size", "0"], "--size 0"),
+        (vec!["--size", "18446744073709551615"], "--size 18446744073709551615"),
+        (vec!["--size", "1048577"], "1 to 1048576"),
+        (vec!["--steps", "1000000001", "--size", "8"], "--steps 1000000001"),
+    ] {
+        let (code, stderr) = demo_failure(&args);
+        assert_eq!(code, 1, "{args:?}: {stderr}");
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+    }
+    // The smallest grid still runs.
+    let out = gpubuf()
+        .args(["demo", "--size", "1", "--steps", "2", "--out"])
+        .arg(std::env::temp_dir().join("gpubuf-demo-1.svg"))
+        .output()
+        .expect("runs");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
