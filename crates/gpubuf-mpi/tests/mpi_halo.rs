@@ -122,6 +122,20 @@ fn expect_invalid(what: &str, r: Result<()>) -> Result<()> {
     }
 }
 
+/// A partitioner that claims `total` ranks and links rank 0 with rank `total` (outside any
+/// communicator of `total` ranks) across every edge, both ways.
+struct Liar(usize);
+
+impl Partitioner for Liar {
+    fn total_ranks(&self) -> usize {
+        self.0
+    }
+    fn neighbor(&self, rank: usize, _boundary: Boundary) -> Option<gpubuf_halo::Neighbor> {
+        let to = if rank == self.0 { 0 } else { self.0 };
+        Some(gpubuf_halo::Neighbor { rank: to, rotation: i32::MIN })
+    }
+}
+
 /// Wrong arguments are typed errors that leave nothing posted and the updater usable: a
 /// wrong quantity count or shape in `start` (on every rank, then on rank 0 alone while
 /// the others go ahead), a wrong count in `wait` (the update stays in flight), `wait`
@@ -131,6 +145,27 @@ fn errors_case<B: Kernels>(b: &B, comm: &SimpleCommunicator, layout: (usize, usi
     let (u, v) = (tile.array(b, 0.0)?, tile.array(b, 0.5)?);
     let wrong_shape = NDBuffer::<B, f64>::zeros(b, &[3, 3, NZ])?;
     let spec = std::slice::from_ref(&tile.spec);
+    // Refused updaters (every rank refuses alike, after the collective duplicate).
+    let mut no_halo = tile.spec.clone();
+    no_halo.n_halo = 0;
+    let size = comm.size() as usize;
+    for (what, r) in [
+        ("zero halo", HaloUpdater::<B, f64>::new(b, comm, &tile.part, &[no_halo], None, "e").map(drop)),
+        ("rank outside", HaloUpdater::<B, f64>::new(b, comm, &Liar(size), spec, None, "e").map(drop)),
+        ("wrong size", HaloUpdater::<B, f64>::new(b, comm, &Liar(size + 1), spec, None, "e").map(drop)),
+        ("no quantity", HaloUpdater::<B, f64>::new(b, comm, &tile.part, &[], None, "e").map(drop)),
+        (
+            "y of another length",
+            HaloUpdater::<B, f64>::new(b, comm, &tile.part, spec, Some(&[]), "e").map(drop),
+        ),
+    ] {
+        expect_invalid(what, r)?;
+    }
+    let mut f32_spec = tile.spec.clone();
+    f32_spec.dtype = DType::F32;
+    if HaloUpdater::<B, f64>::new(b, comm, &tile.part, &[f32_spec], None, "e").is_ok() {
+        return Err(Error::invalid("an f64 updater took f32 specs"));
+    }
     let mut up = HaloUpdater::<B, f64>::new(b, comm, &tile.part, spec, None, "errors")?;
     expect_invalid("start with two quantities", up.start(&[&u, &v], None))?;
     expect_invalid("start with none", up.start(&[], None))?;

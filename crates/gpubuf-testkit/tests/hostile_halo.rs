@@ -13,6 +13,9 @@ use std::ops::Range;
 #[path = "hostile_halo/specs.rs"]
 mod specs;
 
+use proptest::prelude::*;
+use specs::{apply, mutation, valid_exchange, SMALL};
+
 /// A transformer call's x and y quantity lists, named.
 type Call<'q, B> = (&'static str, Vec<&'q NDBuffer<B, f64>>, Option<Vec<&'q NDBuffer<B, f64>>>);
 type Specs = Vec<HaloExchangeSpec>;
@@ -201,4 +204,49 @@ fn another_device_is_refused() -> Result<()> {
     let q = field(&other)?;
     assert!(matches!(t.async_pack(&[&q, &q], None), Err(Error::DeviceMismatch(_))));
     still_works(&a, &mut t)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 128, failure_persistence: None, ..ProptestConfig::default() })]
+
+    /// Transformers from valid exchanges with hostile changes, on the CPU: built and used,
+    /// or refused with a typed error; either way a transformer built next works.
+    #[test]
+    fn hostile_transformers(e in valid_exchange(), mutations in prop::collection::vec(mutation(), 0..3), vector in any::<bool>()) {
+        let cpu = gpubuf_testkit::cpu();
+        let mut e = e;
+        e.specification.dtype = DType::F64;
+        for m in &mutations {
+            apply(&mut e, m);
+        }
+        let small = e.pack_size().is_ok_and(|n| n <= SMALL) && e.specification.span().is_ok_and(|n| n <= SMALL);
+        if small {
+            let y = vector.then(|| vec![e.clone()]);
+            let built = HaloDataTransformer::<_, f64>::new(&cpu, vec![e.clone()], y);
+            if let Ok(mut t) = built {
+                // A quantity exactly as the spec describes it, packed and unpacked.
+                let s = &e.specification;
+                let len = s.span().map_err(|err| TestCaseError::fail(err.to_string()))?;
+                let mut run = || -> Result<Vec<u8>> {
+                    let layout = Layout::new(s.shape.clone(), s.strides.clone(), 0)?;
+                    let q = NDBuffer::<_, f64>::from_buffer_layout(Buffer::zeros(&cpu, len * 8)?, layout)?;
+                    let ys = [&q];
+                    t.async_pack(&[&q], vector.then_some(&ys[..]))?;
+                    let packed = t.pack_buffer()?.to_vec()?;
+                    t.receive_host(&packed)?;
+                    t.async_unpack(&[&q], vector.then_some(&ys[..]))?;
+                    t.synchronize()?;
+                    Ok(packed)
+                };
+                match run() {
+                    Ok(packed) => prop_assert_eq!(packed.len(), t.buffer_len() * 8),
+                    // One array as both components: its two unpacks may write the same elements.
+                    Err(err) => prop_assert!(vector && matches!(err, Error::InvalidPlan(_)), "{err:?}"),
+                }
+            }
+        }
+        let (_, specs) = base_specs().map_err(|err| TestCaseError::fail(err.to_string()))?;
+        let mut t = HaloDataTransformer::<_, f64>::new(&cpu, specs, None).map_err(|err| TestCaseError::fail(err.to_string()))?;
+        still_works(&cpu, &mut t).map_err(|err| TestCaseError::fail(err.to_string()))?;
+    }
 }

@@ -12,7 +12,7 @@ use std::ops::Range;
 
 /// Above this many elements a spec is only compiled when it is hopeless (it must fail
 /// fast); in between it would really be built, which a hostile test must not wait for.
-const SMALL: usize = 1 << 16;
+pub(crate) const SMALL: usize = 1 << 16;
 const HOPELESS: usize = 1 << 50;
 
 const DIMS: [Dim; 6] = [Dim::X, Dim::XInterface, Dim::Y, Dim::YInterface, Dim::Z, Dim::ZInterface];
@@ -111,7 +111,7 @@ fn probe_spec(s: &QuantityHaloSpec, rot: i32) -> std::result::Result<(), TestCas
 
 /// One hostile change to a spec or an exchange.
 #[derive(Debug, Clone)]
-enum Mutation {
+pub(crate) enum Mutation {
     Shape(usize, usize),
     Stride(usize, isize),
     Origin(usize, usize),
@@ -123,7 +123,7 @@ enum Mutation {
     UnpackSlice(usize, Range<usize>),
 }
 
-fn mutation() -> impl Strategy<Value = Mutation> {
+pub(crate) fn mutation() -> impl Strategy<Value = Mutation> {
     let ax = 0usize..4;
     prop_oneof![
         (ax.clone(), size()).prop_map(|(a, v)| Mutation::Shape(a, v)),
@@ -146,7 +146,7 @@ fn set<T>(v: &mut [T], a: usize, value: T) {
     }
 }
 
-fn apply(e: &mut HaloExchangeSpec, m: &Mutation) {
+pub(crate) fn apply(e: &mut HaloExchangeSpec, m: &Mutation) {
     let s = &mut e.specification;
     match m.clone() {
         Mutation::Shape(a, v) => set(&mut s.shape, a, v),
@@ -170,7 +170,7 @@ fn apply(e: &mut HaloExchangeSpec, m: &Mutation) {
 }
 
 /// A valid spec of 1 to 4 axes (small extents, halo 0 to 2) and one of its exchanges.
-fn valid_exchange() -> impl Strategy<Value = HaloExchangeSpec> {
+pub(crate) fn valid_exchange() -> impl Strategy<Value = HaloExchangeSpec> {
     (prop::collection::vec((dim(), 0usize..6), 1..5), 0usize..3, 0usize..2, dtype(), boundary(), rotation())
         .prop_filter_map("halo wider than the domain", |(axes, n_halo, pad, dtype, b, rot)| {
             let dims: Vec<Dim> = axes.iter().map(|a| a.0).collect();
