@@ -3,7 +3,7 @@
 //! as in `gpubuf bench halo`). `EDGES=NS` packs only some edges, `REPS=n` sets the
 //! repetitions (50), `SEGS=1` prints the first compiled segments.
 use gpubuf_buffer::{Buffer, NDBuffer};
-use gpubuf_core::{Backend, DType, Order, Result};
+use gpubuf_core::{Backend, DType, Error, Order, Result};
 use gpubuf_cpu::CpuBackend;
 use gpubuf_halo::{Boundary, Dim, HaloDataTransformer, HaloExchangeSpec, QuantityHaloSpec};
 use std::time::Instant;
@@ -14,7 +14,12 @@ fn main() -> Result<()> {
         "c192_rot0" => (8, 192, 0, false),
         "c192_vec_rot1" => (8, 192, 1, true),
         "c48_q30" => (30, 48, 0, false),
-        _ => (8, 192, 1, false),
+        "c192_rot1" => (8, 192, 1, false),
+        other => {
+            return Err(Error::invalid(format!(
+                "unknown case {other}: c192_rot0, c192_rot1, c192_vec_rot1, c48_q30"
+            )))
+        }
     };
     let b = CpuBackend::new();
     let s = b.default_stream();
@@ -50,7 +55,14 @@ fn main() -> Result<()> {
     let bytes = t.buffer_len() * 8;
     let (src, dst) = (Buffer::<CpuBackend>::zeros(&b, bytes)?, Buffer::<CpuBackend>::zeros(&b, bytes)?);
     let scratch = Buffer::<CpuBackend>::zeros(&b, 128 << 20)?;
-    let reps: usize = std::env::var("REPS").ok().and_then(|r| r.parse().ok()).unwrap_or(50);
+    let reps: usize = match std::env::var("REPS") {
+        Err(_) => 50,
+        Ok(r) => r
+            .parse()
+            .ok()
+            .filter(|&r| r > 0)
+            .ok_or_else(|| Error::invalid(format!("REPS={r}: a positive count")))?,
+    };
     let (mut copy, mut pack) = (Vec::new(), Vec::new());
     for round in 0..reps {
         for k in 0..2 {
