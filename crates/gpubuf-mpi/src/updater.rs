@@ -253,8 +253,10 @@ impl<B: Kernels, T: Element> HaloUpdater<B, T> {
             let send = unsafe { link.send.bytes_mut() };
             link.transformer.pack_buffer()?.read_into(0, send)?;
         }
-        // Nothing below can fail: no request is ever dropped unfinished.
-        let (mut recvs, mut sends) = (Vec::new(), Vec::new());
+        // Nothing below can fail (the lists never grow past their capacity, message
+        // lengths fit an MPI count): no request is ever dropped unfinished.
+        let (mut recvs, mut sends) =
+            (Vec::with_capacity(self.links.len()), Vec::with_capacity(self.links.len()));
         for link in &mut self.links {
             // SAFETY: `link.recv` is a live allocation of `len` bytes owned by the updater
             // and held by raw pointer. Nothing else reads, writes or frees it until this
