@@ -27,6 +27,7 @@
 mod array;
 mod backend;
 mod huge;
+pub mod interop;
 mod kernels;
 mod memory;
 mod rows;

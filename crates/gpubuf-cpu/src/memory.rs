@@ -39,6 +39,8 @@ pub struct CpuMemory {
     /// allocation.
     mapped: usize,
     lock: Mutex<()>,
+    /// Frees adopted memory instead of `dealloc`/`unmap` (see `crate::interop`).
+    release: Option<Box<dyn FnOnce() + Send + Sync>>,
 }
 
 // SAFETY: the allocation is owned by this value and every access to its bytes happens while
@@ -54,17 +56,30 @@ impl fmt::Debug for CpuMemory {
 }
 
 impl CpuMemory {
+    /// Wraps memory owned elsewhere: `release` runs once, on drop, instead of a free.
+    ///
+    /// # Safety
+    /// * `ptr` is aligned to 8 bytes and valid for reads and writes of `len` bytes until
+    ///   `release` runs, and nothing else accesses those bytes meanwhile.
+    pub(crate) unsafe fn adopted(
+        ptr: NonNull<u8>,
+        len: usize,
+        release: Box<dyn FnOnce() + Send + Sync>,
+    ) -> Self {
+        CpuMemory { ptr, len, mapped: 0, lock: Mutex::new(()), release: Some(release) }
+    }
+
     /// Allocates `len` zeroed bytes; with `touch`, writes every page so it is resident.
     pub(crate) fn new(len: usize, touch: bool) -> Result<Self> {
         if len == 0 {
             let ptr = NonNull::new(ALIGN as *mut u8).ok_or_else(|| Error::invalid("null"))?;
-            return Ok(CpuMemory { ptr, len, mapped: 0, lock: Mutex::new(()) });
+            return Ok(CpuMemory { ptr, len, mapped: 0, lock: Mutex::new(()), release: None });
         }
         if let Some((ptr, mapped)) = crate::huge::map(len) {
             if touch {
                 crate::huge::touch(ptr, len);
             }
-            return Ok(CpuMemory { ptr, len, mapped, lock: Mutex::new(()) });
+            return Ok(CpuMemory { ptr, len, mapped, lock: Mutex::new(()), release: None });
         }
         let layout = Layout::from_size_align(len, ALIGN).map_err(|_| Error::OutOfMemory {
             requested: len,
@@ -78,7 +93,7 @@ impl CpuMemory {
         if touch {
             crate::huge::touch(ptr, len);
         }
-        Ok(CpuMemory { ptr, len, mapped: 0, lock: Mutex::new(()) })
+        Ok(CpuMemory { ptr, len, mapped: 0, lock: Mutex::new(()), release: None })
     }
 
     /// Locks the allocation for exclusive access, by the rules in the module docs.
@@ -138,7 +153,9 @@ impl CpuMemory {
 
 impl Drop for CpuMemory {
     fn drop(&mut self) {
-        if self.mapped > 0 {
+        if let Some(free) = self.release.take() {
+            free();
+        } else if self.mapped > 0 {
             // SAFETY: mapped by `huge::map` with this length, unmapped once.
             unsafe { crate::huge::unmap(self.ptr, self.mapped) };
         } else if self.len > 0 {
