@@ -48,14 +48,15 @@ impl Layout {
     }
 
     /// A layout from explicit parts. Every element it addresses must have a storage index
-    /// in `0..=isize::MAX` (so index arithmetic never wraps); use [`Layout::check_fits`] to
+    /// in `0..isize::MAX` (a storage of at most `isize::MAX` elements, as for a
+    /// [`CopyPlan`](crate::CopyPlan); index arithmetic never wraps); use [`Layout::check_fits`] to
     /// check it against a storage length. An empty view addresses nothing: its strides and
     /// offset are not checked.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] when `shape` and `strides` differ in length, the size (or
     /// the product of the non-zero extents) exceeds `isize::MAX`, or an element's index
-    /// falls outside `0..=isize::MAX`.
+    /// falls outside `0..isize::MAX`.
     pub fn new(shape: Vec<usize>, strides: Vec<isize>, offset: usize) -> Result<Self> {
         if shape.len() != strides.len() {
             return Err(Error::invalid(format!(
@@ -67,9 +68,9 @@ impl Layout {
         check_extents(&shape)?;
         let l = Layout { shape, strides, offset };
         if let Some((lo, hi)) = l.bounds()? {
-            if lo < 0 || hi > isize::MAX as i128 {
+            if lo < 0 || hi >= isize::MAX as i128 {
                 return Err(Error::invalid(format!(
-                    "view addresses storage elements {lo}..={hi}, outside 0..={}",
+                    "view addresses storage elements {lo}..={hi}, outside 0..{}",
                     isize::MAX
                 )));
             }

@@ -15,7 +15,8 @@ fn layout_new_rejects_spans_outside_isize() {
     assert!(Layout::new(vec![3], vec![isize::MAX], 0).is_err());
     assert!(Layout::new(vec![2], vec![1], usize::MAX).is_err());
     assert!(Layout::new(vec![2], vec![1], isize::MAX as usize).is_err());
-    assert!(Layout::new(vec![2], vec![1], isize::MAX as usize - 1).is_ok());
+    assert!(Layout::new(vec![2], vec![1], isize::MAX as usize - 1).is_err());
+    assert!(Layout::new(vec![2], vec![1], isize::MAX as usize - 2).is_ok());
     // Below element 0 of the storage.
     assert!(Layout::new(vec![2], vec![-1], 0).is_err());
     assert!(Layout::new(vec![2, 2], vec![isize::MIN, 1], 0).is_err());
@@ -138,7 +139,12 @@ fn check_scatter_is_fast_and_never_panics_on_huge_plans() {
     let far = Segment::new(0, 0, &[(3, 1 << 61)], 0).unwrap();
     let plan = CopyPlan::new(vec![isize::MAX as usize], 3, vec![far]).unwrap();
     assert!(plan.check_scatter().is_ok());
-    // A huge dense scatter whose check needs more memory than exists: a typed error.
+    // A huge dense scatter whose check needs more memory than exists: a typed error. (Not
+    // under Miri: it stops the program on an allocation it cannot back instead of
+    // reporting the failure, so the error path cannot be reached there.)
+    if cfg!(miri) {
+        return;
+    }
     let dense = Segment::new(0, 0, &[(1 << 62, 1)], 0).unwrap();
     let plan = CopyPlan::new(vec![1 << 62], 1 << 62, vec![dense]).unwrap();
     match plan.check_scatter() {
