@@ -1,6 +1,6 @@
 //! Buffer and NDBuffer on every backend.
 
-use gpubuf::{Buffer, DType, Element, Error, Kernels, NDBuffer, Order, Result};
+use gpubuf::{Buffer, DType, Element, Error, Kernels, Layout, NDBuffer, Order, Result};
 use gpubuf_testkit::backend_tests;
 use gpubuf_testkit::strategies::bytes;
 use ndarray::{s, Array, ArrayD, IxDyn};
@@ -66,7 +66,8 @@ fn ndbuffer_round_trip<B: Kernels>(b: &B) -> Result<()> {
         any::<bool>(),
         any::<u64>(),
     );
-    TestRunner::new(Config { cases: 64, failure_persistence: None, ..Config::default() })
+    let cases = if cfg!(miri) { 4 } else { 64 };
+    TestRunner::new(Config { cases, failure_persistence: None, ..Config::default() })
         .run(&strategy, |(d, shape, f, seed)| {
             let order = if f { Order::F } else { Order::C };
             round_trip_dtype(b, d, &shape, order, seed).map_err(|e| TestCaseError::fail(e.to_string()))
@@ -216,6 +217,62 @@ fn ndbuffer_errors<B: Kernels>(b: &B) -> Result<()> {
     Ok(())
 }
 
+/// Empty views at offsets far past their buffer, broadcasts larger than memory and views
+/// whose bytes overflow: typed errors or correct empty results, never a panic, an abort or
+/// a write; the buffer stays usable.
+fn empty_and_broadcast_views<B: Kernels>(b: &B) -> Result<()> {
+    let buf = Buffer::from_bytes(b, &bytes(64, 5))?;
+    for layout in [
+        Layout::new(vec![0], vec![1], usize::MAX)?,
+        Layout::new(vec![3, 0], vec![isize::MIN, 1], 1 << 62)?,
+        Layout::new(vec![0, 2], vec![1, 1], isize::MAX as usize)?,
+    ] {
+        let e = NDBuffer::<B, f64>::from_buffer_layout(buf.clone(), layout)?;
+        e.fill(1.0)?;
+        assert_eq!(e.to_vec()?, Vec::<f64>::new());
+        assert!(e.all_equal(3.0)?);
+        assert_eq!(e.copy()?.size(), 0);
+        e.copy_from(&NDBuffer::<B, f64>::zeros(b, e.shape())?)?;
+        e.write_ndarray(ArrayD::<f64>::zeros(IxDyn(e.shape())).view())?;
+        assert_eq!(e.reshape(&[0])?.size(), 0);
+        assert_eq!(e.transpose(None)?.flip(0)?.size(), 0);
+        assert!(e.get(&vec![0; e.ndim()]).is_err());
+    }
+    // A broadcast of 2^44 f64 (2^47 bytes) over one element: reads of one element work,
+    // anything that would hold all of it is OutOfMemory, writes through it are refused.
+    let wide = NDBuffer::<B, f64>::from_buffer_layout(buf.clone(), Layout::new(vec![1 << 44], vec![0], 3)?)?;
+    assert_eq!(wide.nbytes(), 1 << 47);
+    assert_eq!(
+        wide.get(&[(1 << 44) - 1])?,
+        f64::from_le_bytes(bytes(64, 5)[24..32].try_into().unwrap_or_default())
+    );
+    assert!(matches!(wide.fill(1.0), Err(Error::InvalidPlan(_))));
+    // Not under Miri: it stops the program on an allocation it cannot back instead of
+    // reporting the failure.
+    if !cfg!(miri) {
+        assert!(matches!(wide.to_vec(), Err(Error::OutOfMemory { .. })));
+        assert!(wide.copy().is_err());
+    }
+    // Too many bytes to exist at all, or past the buffer.
+    let huge = Layout::new(vec![1 << 62], vec![0], 0)?;
+    assert!(matches!(
+        NDBuffer::<B, f64>::from_buffer_layout(buf.clone(), huge),
+        Err(Error::InvalidArgument(_))
+    ));
+    let far = Layout::new(vec![2], vec![1], 1 << 61)?;
+    assert!(matches!(
+        NDBuffer::<B, f64>::from_buffer_layout(buf.clone(), far),
+        Err(Error::OutOfBounds { .. })
+    ));
+    assert!(NDBuffer::<B, u8>::empty(b, &[0, usize::MAX, 2], Order::C).is_err());
+    // Nothing was written, and the buffer still works.
+    assert_eq!(buf.to_vec()?, bytes(64, 5));
+    let a = NDBuffer::<B, f64>::from_buffer(buf.clone(), &[2, 4], Order::C)?;
+    a.flip(1)?.fill(2.5)?;
+    assert!(a.all_equal(2.5)?);
+    Ok(())
+}
+
 backend_tests!(
     ndbuffer_round_trip,
     create_fills_zeros_and_values,
@@ -223,5 +280,6 @@ backend_tests!(
     copy_is_independent,
     from_buffer_zero_copy,
     buffer_basics,
-    ndbuffer_errors
+    ndbuffer_errors,
+    empty_and_broadcast_views
 );
