@@ -25,6 +25,7 @@ mod backend;
 mod dtype;
 pub mod encode;
 mod error;
+pub mod kernel;
 mod layout;
 mod plan;
 mod segment;
