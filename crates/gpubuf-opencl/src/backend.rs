@@ -35,6 +35,7 @@ pub(crate) struct Inner {
     pub(crate) max_param: usize,
     pub(crate) is_gpu: bool,
     pub(crate) programs: ProgramCache,
+    pub(crate) user_programs: crate::program::UserPrograms,
     default_stream: ClStream,
 }
 
@@ -50,7 +51,7 @@ pub struct ClStream {
     pub(crate) queue: Arc<CommandQueue>,
     /// The stream's identity: never given to another queue in this process (a released
     /// queue's handle may come back for a new one, so the handle cannot serve).
-    id: u64,
+    pub(crate) id: u64,
 }
 
 /// Identities of queues: process-wide and never reused.
@@ -65,7 +66,7 @@ impl std::fmt::Debug for ClStream {
 /// A marker event on an OpenCL queue.
 #[derive(Debug)]
 pub struct ClEvent {
-    event: Event,
+    pub(crate) event: Event,
 }
 
 fn new_queue(context: &Context) -> Result<ClStream> {
@@ -76,9 +77,14 @@ fn new_queue(context: &Context) -> Result<ClStream> {
         #[allow(deprecated)]
         Err(_) => CommandQueue::create_default(context, 0).map_err(|e| cl(e, "clCreateCommandQueue"))?,
     };
+    Ok(stream_of(queue))
+}
+
+/// A stream over `queue`, with a fresh identity.
+pub(crate) fn stream_of(queue: CommandQueue) -> ClStream {
     // A u64 counter does not wrap in any process's lifetime.
     let id = NEXT_STREAM_ID.fetch_add(1, Ordering::Relaxed);
-    Ok(ClStream { queue: Arc::new(queue), id })
+    ClStream { queue: Arc::new(queue), id }
 }
 
 /// Releases an event returned by an enqueue call we do not track.
@@ -115,6 +121,7 @@ impl OpenClBackend {
                 max_param,
                 is_gpu,
                 programs: ProgramCache::default(),
+                user_programs: Default::default(),
                 default_stream,
             }),
         })

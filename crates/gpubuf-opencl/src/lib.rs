@@ -25,12 +25,17 @@
 mod backend;
 mod device;
 mod error;
+pub mod interop;
 mod kernels;
 mod memory;
+mod program;
 mod svm;
 
 pub use backend::{ClEvent, ClStream, OpenClBackend};
 pub use device::{devices, runtime_available, ClDeviceEntry, DEVICE_ENV};
 pub use kernels::{prelude, ClPlan, CHUNK_ENV, MAX_CHUNK, MAX_SLOTS, PLAN_SOURCE};
 pub use memory::ClMemory;
+/// The opencl3 crate gpubuf's handles are typed with (the same version).
+pub use opencl3;
+pub use program::{ClArg, UserKernel, UserProgram};
 pub use svm::{SvmAllocator, SvmMemory};

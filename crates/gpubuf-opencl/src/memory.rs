@@ -10,7 +10,7 @@ use std::ptr;
 /// one byte and reports length 0.
 pub struct ClMemory {
     pub(crate) buffer: Buffer<u8>,
-    len: usize,
+    pub(crate) len: usize,
 }
 
 impl std::fmt::Debug for ClMemory {

@@ -8,6 +8,10 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::sync::Arc;
 
+#[cfg(feature = "opencl")]
+#[path = "interop/opencl.rs"]
+mod opencl;
+
 /// The system allocator, counting frees of one watched address.
 struct Counting;
 static WATCH: AtomicUsize = AtomicUsize::new(0);

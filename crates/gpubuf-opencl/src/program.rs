@@ -1,0 +1,312 @@
+//! User kernels: OpenCL C programs compiled once per context, launched on gpubuf streams
+//! with their arguments checked first.
+//!
+//! opencl3's launch API trusts its caller: a wrong argument count is a driver error at
+//! best, a scalar given for a buffer is garbage or a crash. [`UserKernel::launch`] checks
+//! the count, and, from the kernel's argument info (programs are built with
+//! `-cl-kernel-arg-info`), each argument's address space and scalar type, and the work
+//! sizes against the device and kernel limits; every mismatch is a typed error.
+//!
+//! Programs are compiled with `#pragma OPENCL FP_CONTRACT OFF` in front of the source (line
+//! numbers in build logs are the caller's): no fused multiply-add unless the source asks
+//! for it (`fma`, `mad`, its own `FP_CONTRACT ON`) or the options do (`-cl-mad-enable`), so
+//! results can match other backends bit for bit.
+
+use crate::error::{cl, driver, maybe_oom};
+use crate::{ClEvent, ClMemory, ClStream, OpenClBackend};
+use gpubuf_core::kernel::{KernelArg, Launch};
+use gpubuf_core::{BackendKind, Error, Result};
+use opencl3::event::Event;
+use opencl3::kernel::{
+    Kernel, CL_KERNEL_ARG_ADDRESS_CONSTANT, CL_KERNEL_ARG_ADDRESS_GLOBAL, CL_KERNEL_ARG_ADDRESS_LOCAL,
+};
+use opencl3::program::Program;
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::ptr;
+use std::sync::Arc;
+
+/// An argument of an OpenCL user kernel.
+pub type ClArg<'a> = KernelArg<'a, ClMemory>;
+
+/// Put in front of every user program.
+const PREFIX: &str = "#pragma OPENCL FP_CONTRACT OFF\n#line 1\n";
+/// `CL_INVALID_KERNEL_NAME`.
+const INVALID_KERNEL_NAME: i32 = -46;
+
+/// The programs of one context, by source and options.
+#[derive(Default)]
+pub(crate) struct UserPrograms {
+    map: Mutex<HashMap<(String, String), Arc<UserProgram>>>,
+}
+
+/// A compiled OpenCL C program of one context; its kernels are created once and cached.
+pub struct UserProgram {
+    program: Program,
+    kernels: Mutex<HashMap<String, UserKernel>>,
+}
+
+impl std::fmt::Debug for UserProgram {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UserProgram").field("program", &self.program.get()).finish()
+    }
+}
+
+/// What a kernel parameter takes, from its argument info.
+#[derive(Debug, Clone, PartialEq)]
+enum Param {
+    /// A `__global` or `__constant` pointer.
+    Memory,
+    /// A `__local` pointer.
+    Local,
+    /// A private scalar or struct, by its type name.
+    Value(String),
+}
+
+/// One kernel of a [`UserProgram`]. Clones share the kernel; launches from several threads
+/// are serialised (argument setting and enqueueing happen under one lock).
+#[derive(Clone)]
+pub struct UserKernel {
+    inner: Arc<KernelInner>,
+}
+
+struct KernelInner {
+    kernel: Mutex<Kernel>,
+    name: String,
+    /// Per parameter, when the implementation reports argument info.
+    params: Option<Vec<Param>>,
+    num_args: usize,
+    max_group: usize,
+    max_dims: usize,
+    max_item: Vec<usize>,
+}
+
+impl std::fmt::Debug for UserKernel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UserKernel")
+            .field("name", &self.inner.name)
+            .field("args", &self.inner.num_args)
+            .finish()
+    }
+}
+
+impl OpenClBackend {
+    /// Compiles `source` with `options` for this context, or returns the program compiled
+    /// before from the same source and options.
+    ///
+    /// # Errors
+    /// [`Error::Build`] with the compiler's log when the source does not compile (nothing
+    /// is cached then).
+    pub fn user_program(&self, source: &str, options: &str) -> Result<Arc<UserProgram>> {
+        let key = (source.to_string(), options.to_string());
+        let mut map = self.inner.user_programs.map.lock();
+        if let Some(p) = map.get(&key) {
+            return Ok(p.clone());
+        }
+        let _span = tracing::debug_span!("opencl.user_build", bytes = source.len()).entered();
+        let full = format!("{PREFIX}{source}");
+        let opts = format!("{options} -cl-kernel-arg-info");
+        let program = Program::create_and_build_from_source(&self.inner.context, &full, &opts)
+            .map_err(|log| Error::Build { backend: BackendKind::OpenCl, log })?;
+        let p = Arc::new(UserProgram { program, kernels: Mutex::new(HashMap::new()) });
+        map.insert(key, p.clone());
+        Ok(p)
+    }
+
+    /// Compiles `source` (cached as [`OpenClBackend::user_program`]) and returns its kernel `name`.
+    ///
+    /// # Errors
+    /// As [`OpenClBackend::user_program`] and [`UserProgram::kernel`].
+    pub fn user_kernel(&self, source: &str, options: &str, name: &str) -> Result<UserKernel> {
+        self.user_program(source, options)?.kernel(self, name)
+    }
+}
+
+impl UserProgram {
+    /// The compiled program (the program's own reference: do not release it).
+    pub fn native(&self) -> &Program {
+        &self.program
+    }
+
+    /// The kernel `name` of this program, created once; `backend` is the handle the
+    /// program was compiled with (its device limits check the launches).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when the program has no kernel of that name; driver
+    /// errors of the kernel queries.
+    pub fn kernel(&self, backend: &OpenClBackend, name: &str) -> Result<UserKernel> {
+        let mut kernels = self.kernels.lock();
+        if let Some(k) = kernels.get(name) {
+            return Ok(k.clone());
+        }
+        let kernel = Kernel::create(&self.program, name).map_err(|e| {
+            if e.0 == INVALID_KERNEL_NAME {
+                Error::invalid(format!("the program has no kernel named {name:?}"))
+            } else {
+                cl(e, "clCreateKernel")
+            }
+        })?;
+        let num_args = kernel.num_args().map_err(|e| cl(e, "CL_KERNEL_NUM_ARGS"))? as usize;
+        let params = (0..num_args as u32).map(|i| param(&kernel, i)).collect::<Option<Vec<_>>>();
+        let device = backend.inner.entry.device;
+        let max_group =
+            kernel.get_work_group_size(device.id()).map_err(|e| cl(e, "CL_KERNEL_WORK_GROUP_SIZE"))?;
+        let max_dims =
+            device.max_work_item_dimensions().map_err(|e| cl(e, "CL_DEVICE_MAX_WORK_ITEM_DIMENSIONS"))?;
+        let max_item = device.max_work_item_sizes().map_err(|e| cl(e, "CL_DEVICE_MAX_WORK_ITEM_SIZES"))?;
+        let k = UserKernel {
+            inner: Arc::new(KernelInner {
+                kernel: Mutex::new(kernel),
+                name: name.to_string(),
+                params,
+                num_args,
+                max_group,
+                max_dims: max_dims as usize,
+                max_item,
+            }),
+        };
+        kernels.insert(name.to_string(), k.clone());
+        Ok(k)
+    }
+}
+
+/// Parameter `i` from the argument info, `None` when the implementation has none.
+fn param(kernel: &Kernel, i: u32) -> Option<Param> {
+    let space = kernel.get_arg_address_qualifier(i).ok()?;
+    Some(match space {
+        CL_KERNEL_ARG_ADDRESS_GLOBAL | CL_KERNEL_ARG_ADDRESS_CONSTANT => Param::Memory,
+        CL_KERNEL_ARG_ADDRESS_LOCAL => Param::Local,
+        _ => {
+            let name = kernel.get_arg_type_name(i).ok()?;
+            Param::Value(name.trim_end_matches('\0').trim().to_string())
+        }
+    })
+}
+
+/// The OpenCL spellings of a scalar type name.
+fn same_scalar(declared: &str, c_type: &str) -> bool {
+    let d = match declared {
+        "unsigned int" => "uint",
+        "unsigned long" => "ulong",
+        other => other,
+    };
+    d == c_type
+}
+
+impl UserKernel {
+    /// The kernel's name.
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// How many arguments the kernel takes.
+    pub fn num_args(&self) -> usize {
+        self.inner.num_args
+    }
+
+    /// Checks `args` against the kernel's parameters.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] naming the first mismatch.
+    pub fn check_args(&self, args: &[ClArg<'_>]) -> Result<()> {
+        let name = &self.inner.name;
+        if args.len() != self.inner.num_args {
+            return Err(Error::invalid(format!(
+                "kernel {name} takes {} arguments, {} were given",
+                self.inner.num_args,
+                args.len()
+            )));
+        }
+        for (i, a) in args.iter().enumerate() {
+            if let KernelArg::Local(0) = a {
+                return Err(Error::invalid(format!("argument {i} of {name}: zero bytes of local memory")));
+            }
+            let Some(p) = self.inner.params.as_ref().map(|ps| &ps[i]) else { continue };
+            let ok = match (p, a) {
+                (Param::Memory, KernelArg::Memory(_)) | (Param::Local, KernelArg::Local(_)) => true,
+                (Param::Value(t), a) => a.c_type().is_some_and(|c| same_scalar(t, c)),
+                _ => false,
+            };
+            if !ok {
+                let want = match p {
+                    Param::Memory => "a device buffer".to_string(),
+                    Param::Local => "local memory".to_string(),
+                    Param::Value(t) => format!("a scalar {t}"),
+                };
+                return Err(Error::invalid(format!(
+                    "argument {i} of {name} takes {want}, {} was given",
+                    a.describe()
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Launches the kernel on `stream` after checking the arguments and work sizes; the
+    /// returned event completes with the kernel. Buffers stay alive until the kernel is done
+    /// even when dropped earlier (OpenCL defers their release).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for arguments that do not match the kernel (see
+    /// [`UserKernel::check_args`]) or work sizes over the device's limits;
+    /// [`Error::DeviceMismatch`] for a buffer of another context; driver errors
+    /// (`OutOfMemory` when the launch runs out of resources).
+    pub fn launch(&self, stream: &ClStream, launch: &Launch, args: &[ClArg<'_>]) -> Result<ClEvent> {
+        let inner = &*self.inner;
+        self.check_args(args)?;
+        launch.check_limits(inner.max_dims, inner.max_group, &inner.max_item)?;
+        let kernel = inner.kernel.lock();
+        let ctx = kernel.context().map_err(|e| cl(e, "CL_KERNEL_CONTEXT"))?;
+        for (i, a) in args.iter().enumerate() {
+            let at = i as u32;
+            let what = || format!("clSetKernelArg({} #{i})", inner.name);
+            // SAFETY: each value is a plain scalar or a live cl_mem handle of the size the
+            // parameter takes (checked above against the argument info when available; the
+            // driver checks sizes otherwise); local memory has a non-zero size.
+            let set = unsafe {
+                match a {
+                    KernelArg::Memory(m) => {
+                        if opencl3::memory::ClMem::context(m.native()).map_err(|e| cl(e, "CL_MEM_CONTEXT"))?
+                            != ctx
+                        {
+                            return Err(Error::DeviceMismatch(format!(
+                                "argument {i} of {} is a buffer of another OpenCL context",
+                                inner.name
+                            )));
+                        }
+                        kernel.set_arg(at, &m.raw())
+                    }
+                    KernelArg::I32(v) => kernel.set_arg(at, v),
+                    KernelArg::U32(v) => kernel.set_arg(at, v),
+                    KernelArg::I64(v) => kernel.set_arg(at, v),
+                    KernelArg::U64(v) => kernel.set_arg(at, v),
+                    KernelArg::F32(v) => kernel.set_arg(at, v),
+                    KernelArg::F64(v) => kernel.set_arg(at, v),
+                    KernelArg::Local(n) => kernel.set_arg_local_buffer(at, *n),
+                }
+            };
+            set.map_err(|e| driver(e.0, &what()))?;
+        }
+        let global = launch.global();
+        let local = launch.local().map_or(ptr::null(), |l| l.as_ptr());
+        let _span = tracing::trace_span!("opencl.user_launch", kernel = %inner.name).entered();
+        // SAFETY: a live queue and kernel of one context; every argument was set above;
+        // `global` (and `local` when given) hold `global.len()` sizes, 1 to 3 (Launch).
+        let ev = unsafe {
+            cl3::command_queue::enqueue_nd_range_kernel(
+                stream.queue.get(),
+                kernel.get(),
+                global.len() as u32,
+                ptr::null(),
+                global.as_ptr(),
+                local,
+                0,
+                ptr::null(),
+            )
+        }
+        .map_err(|c| maybe_oom(c, &format!("clEnqueueNDRangeKernel({})", inner.name), 0))?;
+        let event = ClEvent { event: Event::new(ev) };
+        stream.queue.flush().map_err(|e| cl(e, "clFlush"))?;
+        Ok(event)
+    }
+}

@@ -1,0 +1,250 @@
+//! OpenCL interop: user kernels on gpubuf memory, foreign buffers, queues and events.
+
+use gpubuf::kernel::{KernelArg, Launch};
+use gpubuf::opencl::interop::view_parts;
+use gpubuf::opencl::opencl3::command_queue::{CommandQueue, CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE};
+use gpubuf::opencl::opencl3::kernel::Kernel;
+use gpubuf::opencl::opencl3::memory::{self as clmem, Buffer, ClMem, CL_MEM_READ_ONLY, CL_MEM_READ_WRITE};
+use gpubuf::opencl::{ClEvent, OpenClBackend};
+use gpubuf::{Backend, Buffer as GBuffer, Error, NDBuffer, Order, Result};
+use std::ptr;
+use std::sync::Arc;
+
+const IOTA: &str = r#"
+__kernel void iota(__global float* base, ulong off, uint n, float scale) {
+    size_t i = get_global_id(0);
+    if (i < n) base[off + i] = scale * (float)i;
+}
+__kernel void twice(__global const int* src, ulong so, __global int* dst, ulong d_off) {
+    size_t i = get_global_id(0);
+    dst[d_off + i] = 2 * src[so + i];
+}
+__kernel void slow(__global float* out, uint iters) {
+    float x = 0.0f;
+    for (uint k = 0; k < iters; k++) x = x * 0.999f + 1.0f;
+    out[get_global_id(0)] = x > 0.0f ? 1.0f : 2.0f;
+}
+__kernel void scratch(__global int* out, __local int* tmp) {
+    tmp[get_local_id(0)] = 1;
+    out[get_global_id(0)] = tmp[get_local_id(0)];
+}
+"#;
+
+fn run(f: impl FnOnce(&OpenClBackend) -> Result<()>) {
+    gpubuf_testkit::run_opencl(f);
+}
+
+fn mem_refs<T>(b: &Buffer<T>) -> u32 {
+    b.reference_count().expect("CL_MEM_REFERENCE_COUNT")
+}
+
+/// A user kernel writes through a view of an array that starts inside a shared
+/// allocation; gpubuf reads exactly those elements back.
+#[test]
+fn a_user_kernel_writes_through_an_offset_view() {
+    run(|cl| {
+        let whole = GBuffer::zeros(cl, 512)?;
+        let a = NDBuffer::<_, f32>::from_buffer(whole.slice(0..256)?, &[64], Order::C)?;
+        let b = NDBuffer::<_, f32>::from_buffer(whole.slice(256..512)?, &[64], Order::C)?;
+        let v = b.slice(&[10..30])?;
+        let (mem, off) = view_parts(&v)?;
+        assert_eq!(off, 64 + 10);
+        let k = cl.user_kernel(IOTA, "", "iota")?;
+        let args = [KernelArg::Memory(mem), KernelArg::U64(off), KernelArg::U32(20), KernelArg::F32(2.0)];
+        k.launch(cl.default_stream(), &Launch::new(&[32])?, &args)?;
+        let got = b.to_vec()?;
+        let want: Vec<f32> =
+            (0..64).map(|i| if (10..30).contains(&i) { 2.0 * (i - 10) as f32 } else { 0.0 }).collect();
+        assert_eq!(got, want);
+        assert!(a.all_equal(0.0)?);
+        Ok(())
+    });
+}
+
+/// gpubuf writes, a user kernel reads (a view with an offset) and writes another array.
+#[test]
+fn a_user_kernel_reads_what_gpubuf_wrote() {
+    run(|cl| {
+        let src = NDBuffer::<_, i32>::from_slice(cl, &[40], &(0..40).collect::<Vec<_>>())?;
+        let dst = NDBuffer::<_, i32>::zeros(cl, &[16])?;
+        let part = src.slice(&[7..23])?;
+        let (s, so) = view_parts(&part)?;
+        let (d, d_off) = view_parts(&dst)?;
+        let k = cl.user_kernel(IOTA, "", "twice")?;
+        let args = [KernelArg::Memory(s), KernelArg::U64(so), KernelArg::Memory(d), KernelArg::U64(d_off)];
+        k.launch(cl.default_stream(), &Launch::new(&[16])?.with_local(&[4])?, &args)?;
+        assert_eq!(dst.to_vec()?, (7..23).map(|v| 2 * v).collect::<Vec<_>>());
+        // Programs and kernels are compiled once.
+        assert!(Arc::ptr_eq(&cl.user_program(IOTA, "")?, &cl.user_program(IOTA, "")?));
+        Ok(())
+    });
+}
+
+/// A buffer gpubuf shares is not released by gpubuf beyond its own reference; one handed
+/// over is released exactly once; both round-trip data without a copy.
+#[test]
+fn foreign_buffers_keep_their_reference_counts() {
+    run(|cl| {
+        // SAFETY: a valid context, no host pointer, a non-zero size.
+        let user = unsafe { Buffer::<f32>::create(cl.context(), CL_MEM_READ_WRITE, 8, ptr::null_mut()) }
+            .expect("clCreateBuffer");
+        assert_eq!(mem_refs(&user), 1);
+        // SAFETY: `user` is a live buffer; gpubuf writes it only from this thread below.
+        let shared = unsafe { cl.share_raw(user.get()) }?;
+        assert_eq!(shared.raw(), user.get(), "no copy");
+        assert_eq!(mem_refs(&user), 2);
+        let g = NDBuffer::<_, f32>::from_buffer(GBuffer::from_memory(cl, shared), &[8], Order::C)?;
+        g.copy_from(&NDBuffer::from_slice(cl, &[8], &[1., 2., 3., 4., 5., 6., 7., 8.])?)?;
+        let again = g.clone();
+        drop(g);
+        // Commands in flight hold references of their own: count after they finish.
+        cl.synchronize(cl.default_stream())?;
+        assert_eq!(mem_refs(&user), 2, "a view is still alive");
+        assert_eq!(again.to_vec()?, vec![1., 2., 3., 4., 5., 6., 7., 8.]);
+        drop(again);
+        assert_eq!(mem_refs(&user), 1, "gpubuf released its own reference only");
+
+        // Handed over: take an extra reference to watch the count, then give `user` away.
+        let raw = user.get();
+        // SAFETY: `raw` is live (held by `user`); this reference is released below.
+        unsafe { clmem::retain_mem_object(raw) }.expect("retain");
+        let adopted = cl.adopt_buffer(user)?;
+        let watch = Buffer::<u8>::new(raw);
+        assert_eq!(mem_refs(&watch), 2, "adoption takes over the reference, adds none");
+        let g = GBuffer::from_memory(cl, adopted);
+        assert_eq!(g.to_vec()?.len(), 32);
+        drop(g);
+        assert_eq!(mem_refs(&watch), 1, "released exactly once");
+
+        // A READ_ONLY buffer is refused and released.
+        // SAFETY: as above.
+        let ro = unsafe { Buffer::<u8>::create(cl.context(), CL_MEM_READ_ONLY, 8, ptr::null_mut()) }
+            .expect("create");
+        // SAFETY: `ro` is live; the extra reference is released by `keep`.
+        unsafe { clmem::retain_mem_object(ro.get()) }.expect("retain");
+        let keep = Buffer::<u8>::new(ro.get());
+        assert!(matches!(cl.adopt_buffer(ro), Err(Error::InvalidArgument(_))));
+        assert_eq!(mem_refs(&keep), 1);
+        // Owned handles out add a reference and release it.
+        let before = cl.context().reference_count().expect("count");
+        let ctx = cl.retained_context()?;
+        assert_eq!(cl.context().reference_count().expect("count"), before + 1);
+        drop(ctx);
+        assert_eq!(cl.context().reference_count().expect("count"), before);
+        Ok(())
+    });
+}
+
+/// A slow kernel on the user's own queue, then a gpubuf read joined to the user's event:
+/// the read sees the kernel's result.
+#[test]
+fn a_user_queue_is_joined_with_its_event() {
+    run(|cl| {
+        let out = NDBuffer::<_, f32>::zeros(cl, &[4])?;
+        let user_queue = CommandQueue::create_default_with_properties(cl.context(), 0, 0).expect("queue");
+        let program = cl.user_program(IOTA, "")?;
+        let kernel = Kernel::create(program.native(), "slow").expect("kernel");
+        let iters: u32 = 20_000_000;
+        // SAFETY: the arguments match `slow(__global float*, uint)`; `out` outlives the
+        // kernel (it is read after the join below).
+        let ev = unsafe {
+            kernel.set_arg(0, &out.buffer().memory().raw()).expect("arg 0");
+            kernel.set_arg(1, &iters).expect("arg 1");
+            user_queue.enqueue_nd_range_kernel(
+                kernel.get(),
+                1,
+                ptr::null(),
+                [4usize].as_ptr(),
+                ptr::null(),
+                &[],
+            )
+        }
+        .expect("enqueue");
+        user_queue.flush().expect("flush");
+        let ev = ClEvent::from_native(ev);
+        cl.stream_wait(cl.default_stream(), &ev)?;
+        assert_eq!(out.to_vec()?, vec![1.0; 4]);
+        assert!(cl.event_complete(&ev)?);
+        // The same through a gpubuf stream over the user's queue.
+        let stream = cl.stream_from_queue(user_queue)?;
+        let k = program.kernel(cl, "slow")?;
+        let again = NDBuffer::<_, f32>::zeros(cl, &[4])?;
+        let ev = k.launch(
+            &stream,
+            &Launch::new(&[4])?,
+            &[KernelArg::Memory(again.buffer().memory()), KernelArg::U32(iters)],
+        )?;
+        cl.stream_wait(cl.default_stream(), &ev)?;
+        assert_eq!(again.to_vec()?, vec![1.0; 4]);
+        Ok(())
+    });
+}
+
+#[test]
+fn queues_of_another_kind_are_refused() {
+    run(|cl| {
+        let props = CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE;
+        if let Ok(q) = CommandQueue::create_default_with_properties(cl.context(), props, 0) {
+            assert!(matches!(cl.stream_from_queue(q), Err(Error::InvalidArgument(_))));
+        }
+        let s = cl.new_stream()?;
+        let before = s.queue().reference_count().expect("count");
+        let q = s.retained_queue()?;
+        assert_eq!(s.queue().reference_count().expect("count"), before + 1);
+        drop(q);
+        assert_eq!(s.queue().reference_count().expect("count"), before);
+        Ok(())
+    });
+}
+
+/// Every mismatch is a typed error before anything is enqueued.
+#[test]
+fn wrong_arguments_and_sizes_are_typed_errors() {
+    run(|cl| {
+        let a = NDBuffer::<_, f32>::zeros(cl, &[8])?;
+        let m = a.buffer().memory();
+        let k = cl.user_kernel(IOTA, "", "iota")?;
+        let one = Launch::new(&[8])?;
+        let bad = |args: &[gpubuf::opencl::ClArg<'_>]| k.launch(cl.default_stream(), &one, args);
+        let cases: [&[gpubuf::opencl::ClArg<'_>]; 5] = [
+            &[KernelArg::Memory(m), KernelArg::U64(0), KernelArg::U32(8)],
+            &[KernelArg::Memory(m), KernelArg::U64(0), KernelArg::F32(8.0), KernelArg::F32(1.0)],
+            &[KernelArg::Memory(m), KernelArg::U32(0), KernelArg::U32(8), KernelArg::F32(1.0)],
+            &[KernelArg::U64(0), KernelArg::U64(0), KernelArg::U32(8), KernelArg::F32(1.0)],
+            &[KernelArg::Memory(m), KernelArg::Memory(m), KernelArg::U32(8), KernelArg::F32(1.0)],
+        ];
+        for args in cases {
+            let r = bad(args);
+            assert!(matches!(r, Err(Error::InvalidArgument(_))), "{args:?}: {r:?}");
+        }
+        assert!(a.all_equal(0.0)?, "nothing ran");
+        let s = cl.user_kernel(IOTA, "", "scratch")?;
+        let local = Launch::new(&[8])?.with_local(&[4])?;
+        let r = s.launch(cl.default_stream(), &local, &[KernelArg::Memory(m), KernelArg::Memory(m)]);
+        assert!(matches!(r, Err(Error::InvalidArgument(_))), "{r:?}");
+        let r = s.launch(cl.default_stream(), &local, &[KernelArg::Memory(m), KernelArg::Local(0)]);
+        assert!(matches!(r, Err(Error::InvalidArgument(_))), "{r:?}");
+        s.launch(cl.default_stream(), &local, &[KernelArg::Memory(m), KernelArg::Local(16)])?;
+        assert_eq!(
+            NDBuffer::<_, i32>::from_buffer(a.buffer().clone(), &[8], Order::C)?.to_vec()?,
+            vec![1; 8]
+        );
+        let huge = Launch::new(&[1 << 24])?.with_local(&[1 << 24])?;
+        let r = s.launch(cl.default_stream(), &huge, &[KernelArg::Memory(m), KernelArg::Local(16)]);
+        assert!(matches!(r, Err(Error::InvalidArgument(_))), "{r:?}");
+        assert!(matches!(cl.user_kernel(IOTA, "", "nope"), Err(Error::InvalidArgument(_))));
+        Ok(())
+    });
+}
+
+#[test]
+fn a_build_error_carries_the_log() {
+    run(|cl| {
+        let src = "__kernel void k(__global int* a) {\n    a[0] = undeclared_thing;\n}\n";
+        match cl.user_program(src, "") {
+            Err(Error::Build { log, .. }) => assert!(log.contains("undeclared_thing"), "{log}"),
+            other => panic!("expected a build error, got {other:?}"),
+        }
+        Ok(())
+    });
+}
