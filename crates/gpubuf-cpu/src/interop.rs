@@ -181,6 +181,25 @@ pub fn adopt_array<T: Element, D: Dimension>(
 /// `chunk` indices along `axis` of `out` (the last one may be shorter), `first` being the
 /// chunk's first index along `axis`. Use it inside [`view_mut`].
 ///
+/// ```
+/// use gpubuf_buffer::NDBuffer;
+/// use gpubuf_cpu::{interop, CpuBackend};
+/// use ndarray::Axis;
+///
+/// let cpu = CpuBackend::new();
+/// let a = interop::adopt_vec(&cpu, (0..12u8).map(f32::from).collect(), &[3, 4])?; // no copy
+/// let out = NDBuffer::<_, f32>::zeros(&cpu, &[3, 4])?;
+/// interop::view(&a, |x| {
+///     interop::view_mut(&out, |o| {
+///         interop::par_chunks_mut(o, 0, 1, |i, mut rows| {
+///             rows.assign(&(&x.slice_axis(Axis(0), (i..i + 1).into()) * 2.0))
+///         })
+///     })
+/// })???;
+/// assert_eq!(out.get(&[2, 3])?, 22.0);
+/// # Ok::<(), gpubuf_core::Error>(())
+/// ```
+///
 /// # Errors
 /// [`Error::InvalidArgument`] when `axis` is out of range or `chunk` is zero.
 pub fn par_chunks_mut<T: Element>(

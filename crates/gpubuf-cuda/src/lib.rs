@@ -17,6 +17,7 @@
 mod backend;
 mod device;
 mod error;
+pub mod interop;
 mod kernels;
 mod memory;
 mod staging;

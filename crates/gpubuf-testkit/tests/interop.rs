@@ -165,3 +165,18 @@ fn a_rayon_stencil_over_views() -> Result<()> {
     assert!(interop::view_mut(&out, |o| interop::par_chunks_mut(o, 2, 1, |_, _| ()))?.is_err());
     Ok(())
 }
+
+/// The device address of a CUDA view: base, plus the buffer's byte offset, plus the
+/// layout's element offset.
+#[cfg(feature = "cuda")]
+#[test]
+fn a_cuda_view_pointer_applies_both_offsets() {
+    gpubuf_testkit::run_cuda(|cu| {
+        let whole = gpubuf::Buffer::zeros(cu, 1024)?;
+        let base = whole.memory().device_ptr();
+        let b = NDBuffer::<_, f64>::from_buffer(whole.slice(512..1024)?, &[8, 8], gpubuf::Order::C)?;
+        let v = b.slice(&[2..4, 3..8])?;
+        assert_eq!(gpubuf::cuda::interop::view_ptr(&v)?, base + 512 + 8 * (2 * 8 + 3));
+        Ok(())
+    });
+}
