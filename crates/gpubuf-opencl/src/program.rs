@@ -132,9 +132,14 @@ impl UserProgram {
     /// program was compiled with (its device limits check the launches).
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] when the program has no kernel of that name; driver
-    /// errors of the kernel queries.
+    /// [`Error::InvalidArgument`] when the program has no kernel of that name;
+    /// [`Error::DeviceMismatch`] when `backend` has another context; driver errors of the
+    /// kernel queries.
     pub fn kernel(&self, backend: &OpenClBackend, name: &str) -> Result<UserKernel> {
+        let ctx = self.program.get_context().map_err(|e| cl(e, "CL_PROGRAM_CONTEXT"))?;
+        if ctx != backend.inner.context.get() {
+            return Err(Error::DeviceMismatch("the program was built for another OpenCL context".into()));
+        }
         let mut kernels = self.kernels.lock();
         if let Some(k) = kernels.get(name) {
             return Ok(k.clone());
@@ -249,7 +254,7 @@ impl UserKernel {
     /// # Errors
     /// [`Error::InvalidArgument`] for arguments that do not match the kernel (see
     /// [`UserKernel::check_args`]) or work sizes over the device's limits;
-    /// [`Error::DeviceMismatch`] for a buffer of another context; driver errors
+    /// [`Error::DeviceMismatch`] for a stream or buffer of another context; driver errors
     /// (`OutOfMemory` when the launch runs out of resources).
     pub fn launch(&self, stream: &ClStream, launch: &Launch, args: &[ClArg<'_>]) -> Result<ClEvent> {
         let inner = &*self.inner;
@@ -257,6 +262,12 @@ impl UserKernel {
         launch.check_limits(inner.max_dims, inner.max_group, &inner.max_item)?;
         let kernel = inner.kernel.lock();
         let ctx = kernel.context().map_err(|e| cl(e, "CL_KERNEL_CONTEXT"))?;
+        if stream.queue.context().map_err(|e| cl(e, "CL_QUEUE_CONTEXT"))? != ctx {
+            return Err(Error::DeviceMismatch(format!(
+                "kernel {} launched on a queue of another context",
+                inner.name
+            )));
+        }
         for (i, a) in args.iter().enumerate() {
             let at = i as u32;
             let what = || format!("clSetKernelArg({} #{i})", inner.name);

@@ -176,6 +176,17 @@ fn a_user_queue_is_joined_with_its_event() {
         )?;
         cl.stream_wait(cl.default_stream(), &ev)?;
         assert_eq!(again.to_vec()?, vec![1.0; 4]);
+        // The other way: the user's read waits for a gpubuf launch through its event.
+        let gpu_stream = cl.new_stream()?;
+        let third = NDBuffer::<_, f32>::zeros(cl, &[4])?;
+        let mem = third.buffer().memory();
+        let ev =
+            k.launch(&gpu_stream, &Launch::new(&[4])?, &[KernelArg::Memory(mem), KernelArg::U32(iters)])?;
+        let mut bytes = [0u8; 16];
+        // SAFETY: a blocking read of 16 bytes of a 16-byte buffer into a 16-byte slice.
+        unsafe { stream.queue().enqueue_read_buffer(mem.native(), 1, 0, &mut bytes, &[ev.native().get()]) }
+            .expect("read");
+        assert_eq!(bytemuck::cast::<[u8; 16], [f32; 4]>(bytes), [1.0; 4]);
         Ok(())
     });
 }
@@ -233,6 +244,18 @@ fn wrong_arguments_and_sizes_are_typed_errors() {
         let r = s.launch(cl.default_stream(), &huge, &[KernelArg::Memory(m), KernelArg::Local(16)]);
         assert!(matches!(r, Err(Error::InvalidArgument(_))), "{r:?}");
         assert!(matches!(cl.user_kernel(IOTA, "", "nope"), Err(Error::InvalidArgument(_))));
+        // Another context: its stream, its buffers and kernels do not mix with ours.
+        let other = OpenClBackend::new()?;
+        let r = s.launch(other.default_stream(), &local, &[KernelArg::Memory(m), KernelArg::Local(16)]);
+        assert!(matches!(r, Err(Error::DeviceMismatch(_))), "{r:?}");
+        let foreign = NDBuffer::<_, i32>::zeros(&other, &[8])?;
+        let r = s.launch(
+            cl.default_stream(),
+            &local,
+            &[KernelArg::Memory(foreign.buffer().memory()), KernelArg::Local(16)],
+        );
+        assert!(matches!(r, Err(Error::DeviceMismatch(_))), "{r:?}");
+        assert!(matches!(cl.user_program(IOTA, "")?.kernel(&other, "iota"), Err(Error::DeviceMismatch(_))));
         Ok(())
     });
 }
@@ -245,6 +268,42 @@ fn a_build_error_carries_the_log() {
             Err(Error::Build { log, .. }) => assert!(log.contains("undeclared_thing"), "{log}"),
             other => panic!("expected a build error, got {other:?}"),
         }
+        Ok(())
+    });
+}
+
+/// No fused multiply-add unless asked for: `a * b + c` rounds twice, as on the CPU.
+#[test]
+fn user_kernels_do_not_contract_multiply_add() {
+    run(|cl| {
+        let n = 4096;
+        let gen = |seed: u32| -> Vec<f32> {
+            (0..n as u32)
+                .map(|i| ((i.wrapping_mul(2_654_435_761) ^ seed) % 10_007) as f32 / 997.0 + 0.1)
+                .collect()
+        };
+        let (a, b, c) = (gen(1), gen(7), gen(13));
+        let src = "__kernel void madd(__global const float* a, __global const float* b,\n\
+                   __global const float* c, __global float* out) {\n\
+                   size_t i = get_global_id(0);\n    out[i] = a[i] * b[i] - c[i];\n}\n";
+        let [da, db, dc] = [&a, &b, &c].map(|v| NDBuffer::from_slice(cl, &[n], v));
+        let (da, db, dc) = (da?, db?, dc?);
+        let out = NDBuffer::<_, f32>::zeros(cl, &[n])?;
+        let mem = |x: &NDBuffer<OpenClBackend, f32>| x.buffer().memory().clone();
+        let (ma, mb, mc, mo) = (mem(&da), mem(&db), mem(&dc), mem(&out));
+        let args = [
+            KernelArg::Memory(&*ma),
+            KernelArg::Memory(&*mb),
+            KernelArg::Memory(&*mc),
+            KernelArg::Memory(&*mo),
+        ];
+        cl.user_kernel(src, "", "madd")?.launch(cl.default_stream(), &Launch::new(&[n])?, &args)?;
+        let got = out.to_vec()?;
+        let unfused: Vec<f32> = (0..n).map(|i| a[i] * b[i] - c[i]).collect();
+        let fused = (0..n).filter(|&i| a[i].mul_add(b[i], -c[i]) != unfused[i]).count();
+        assert!(fused > 0, "the inputs tell fused from unfused results");
+        let differ = (0..n).filter(|&i| got[i].to_bits() != unfused[i].to_bits()).count();
+        assert_eq!(differ, 0, "{differ} of {n} results differ from a*b-c rounded twice");
         Ok(())
     });
 }
