@@ -12,20 +12,36 @@ use std::sync::Arc;
 #[path = "interop/opencl.rs"]
 mod opencl;
 
-/// The system allocator, counting frees of one watched address.
+/// The system allocator, counting frees of one watched address; byte allocations of
+/// [`ODD`] bytes are placed one byte past an 8-byte boundary (legal for alignment 1), so a
+/// test can make a `Vec` that is not adoptable.
 struct Counting;
+const ODD: usize = 4093;
+
+fn odd_layout() -> Layout {
+    Layout::from_size_align(ODD + 8, 8).expect("layout")
+}
 static WATCH: AtomicUsize = AtomicUsize::new(0);
 static FREES: AtomicUsize = AtomicUsize::new(0);
 
 // SAFETY: every call is forwarded to the system allocator unchanged.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        if layout.size() == ODD && layout.align() == 1 {
+            // SAFETY: a non-zero size; one byte in, ODD bytes remain inside the block.
+            let p = unsafe { System.alloc(odd_layout()) };
+            return if p.is_null() { p } else { p.wrapping_add(1) };
+        }
         // SAFETY: the caller's contract, forwarded.
         unsafe { System.alloc(layout) }
     }
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         if ptr as usize == WATCH.load(SeqCst) {
             FREES.fetch_add(1, SeqCst);
+        }
+        if layout.size() == ODD && layout.align() == 1 {
+            // SAFETY: `ptr` is one byte into a block allocated above with `odd_layout`.
+            return unsafe { System.dealloc(ptr.wrapping_sub(1), odd_layout()) };
         }
         // SAFETY: the caller's contract, forwarded.
         unsafe { System.dealloc(ptr, layout) }
@@ -127,6 +143,30 @@ fn an_adopted_array_keeps_its_strides_and_offset() -> Result<()> {
     let c = interop::adopt_vec(&cpu, bytes[1..].to_vec(), &[16])?;
     assert_eq!(c.to_vec()?, bytes[1..].to_vec());
     assert!(interop::adopt_vec(&cpu, Vec::<f32>::new(), &[0, 3])?.to_vec()?.is_empty());
+    Ok(())
+}
+
+/// A `Vec` at an address that is not a multiple of 8 is copied into aligned memory (and
+/// freed at once), never used misaligned.
+#[test]
+fn a_misaligned_vec_is_copied_and_freed() -> Result<()> {
+    let cpu = cpu();
+    let mut data: Vec<u8> = Vec::with_capacity(ODD);
+    data.extend((0..ODD).map(|i| (i % 251) as u8));
+    let ptr = data.as_ptr() as usize;
+    assert_eq!(ptr % 8, 1, "the test allocator misaligns this size");
+    assert!(!interop::is_adoptable(&data));
+    let expect = data.clone();
+    WATCH.store(ptr, SeqCst);
+    FREES.store(0, SeqCst);
+    let a = interop::adopt_vec(&cpu, data, &[ODD])?;
+    let frees = FREES.load(SeqCst);
+    WATCH.store(0, SeqCst);
+    assert_eq!(frees, 1, "the original is freed once the copy is made");
+    let at = interop::view(&a, |x| x.as_ptr() as usize)?;
+    assert_ne!(at, ptr);
+    assert_eq!(at % gpubuf::cpu::ALIGN, 0);
+    assert_eq!(a.to_vec()?, expect);
     Ok(())
 }
 
