@@ -71,8 +71,9 @@ impl<M> Arena<M> {
     pub(crate) fn mem_ptr(&self, seg: usize) -> std::ptr::NonNull<M> {
         #[allow(clippy::expect_used)]
         let s = self.segments[seg].as_ref().expect("blocks are only handed out from live segments");
-        // `Arc::as_ptr` is never null.
-        std::ptr::NonNull::from(&*s.mem)
+        // `Arc::as_ptr` is never null, and keeps the provenance of the whole allocation that
+        // `Arc::from_raw` needs (a pointer made from `&*s.mem` covers only `M`).
+        std::ptr::NonNull::new(std::sync::Arc::as_ptr(&s.mem).cast_mut()).unwrap_or_else(|| unreachable!())
     }
 
     fn activate(&mut self, t: Taken, bin: usize) -> Taken {
