@@ -215,6 +215,11 @@ pub fn par_chunks_mut<T: Element>(
         )));
     }
     let parts: Vec<_> = out.axis_chunks_iter_mut(Axis(axis), chunk).enumerate().collect();
-    parts.into_par_iter().for_each(|(k, part)| f(k * chunk, part));
+    // Sequential under Miri, as the copy kernels (`kernels::PARALLEL`).
+    if crate::kernels::PARALLEL {
+        parts.into_par_iter().for_each(|(k, part)| f(k * chunk, part));
+    } else {
+        parts.into_iter().for_each(|(k, part)| f(k * chunk, part));
+    }
     Ok(())
 }
