@@ -11,6 +11,29 @@
 //! numbers in build logs are the caller's): no fused multiply-add unless the source asks
 //! for it (`fma`, `mad`, its own `FP_CONTRACT ON`) or the options do (`-cl-mad-enable`), so
 //! results can match other backends bit for bit.
+//!
+//! ```
+//! use gpubuf_buffer::NDBuffer;
+//! use gpubuf_core::kernel::{KernelArg, Launch};
+//! use gpubuf_core::Backend;
+//! use gpubuf_opencl::{interop::view_parts, OpenClBackend};
+//!
+//! const SRC: &str = "__kernel void iota(__global float* base, ulong off, uint n) {
+//!     size_t i = get_global_id(0);
+//!     if (i < n) base[off + i] = (float)i;
+//! }";
+//! let Ok(cl) = OpenClBackend::new() else { return Ok(()) }; // no OpenCL here
+//! let a = NDBuffer::<_, f32>::zeros(&cl, &[8])?;
+//! let tail = a.slice(&[5..8])?;
+//! let (mem, off) = view_parts(&tail)?; // (buffer, element offset)
+//! let k = cl.user_kernel(SRC, "", "iota")?; // compiled once per context
+//! let args = [KernelArg::Memory(mem), KernelArg::U64(off), KernelArg::U32(3)];
+//! k.launch(cl.default_stream(), &Launch::new(&[4])?, &args)?;
+//! assert_eq!(a.to_vec()?, vec![0., 0., 0., 0., 0., 0., 1., 2.]);
+//! // A wrong argument list is an error, not a crash.
+//! assert!(k.launch(cl.default_stream(), &Launch::new(&[4])?, &args[..2]).is_err());
+//! # Ok::<(), gpubuf_core::Error>(())
+//! ```
 
 use crate::error::{cl, driver, maybe_oom};
 use crate::{ClEvent, ClMemory, ClStream, OpenClBackend};
