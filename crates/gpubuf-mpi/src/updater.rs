@@ -45,8 +45,11 @@ enum Flight {
 ///
 /// Device buffers are staged through host memory (no device-aware MPI is assumed).
 /// Message tags are derived from the updater's name and the boundary pairs a message
-/// carries, never from a per-rank counter: two ranks that are neighbours on two sides, or
-/// updaters created in a different order on different ranks, still match.
+/// carries, never from a per-rank counter, so two ranks that are neighbours on two sides
+/// still match their messages. Creating an updater is collective: it duplicates the
+/// communicator (keeping its messages apart from the caller's), so every rank must create
+/// its updaters in the same order, as for any collective call; in a different order the
+/// duplicated communicators pair up wrongly and the updates never complete.
 pub struct HaloUpdater<B: Kernels, T: Element> {
     comm: SimpleCommunicator,
     links: Vec<Link<B, T>>,
