@@ -8,7 +8,22 @@ use std::process::{Command, Stdio};
 /// The runs: package arguments, then test-binary arguments.
 const RUNS: &[(&[&str], &[&str])] = &[
     (&["-p", "gpubuf-core", "-p", "gpubuf-cpu", "-p", "gpubuf-buffer", "-p", "gpubuf-pool"], &[]),
-    (&["-p", "gpubuf-testkit", "--test", "buffers", "--test", "pool", "--test", "pool_order", "--test", "backend"], &["::cpu"]),
+    (
+        &[
+            "-p",
+            "gpubuf-testkit",
+            "--test",
+            "buffers",
+            "--test",
+            "pool",
+            "--test",
+            "pool_order",
+            "--test",
+            "backend",
+        ],
+        &["::cpu"],
+    ),
+    (&["-p", "gpubuf-testkit", "--test", "interop"], &[]),
 ];
 
 fn miri_works() -> bool {
