@@ -5,8 +5,9 @@ use gpubuf_buffer::{Buffer, NDBuffer};
 use gpubuf_core::{checked_size, DType, Element, Error, Kernels, Layout, Order, Result};
 use std::sync::Arc;
 
-/// Allocates the bytes of one batch buffer.
-pub(crate) type Source<B> = Box<dyn Fn(&B, usize) -> Result<Buffer<B>> + Send + Sync>;
+/// Allocates the bytes of one batch buffer for work queued on the stream it is given.
+pub(crate) type Source<B> =
+    Box<dyn Fn(&B, &<B as gpubuf_core::Backend>::Stream, usize) -> Result<Buffer<B>> + Send + Sync>;
 
 /// One batch buffer. Every view handed out holds a clone of the `Arc`, so a buffer whose
 /// count is 1 has no view outside and may be written again.
@@ -104,7 +105,7 @@ impl<B: Kernels, T: Element> Bufferizer<B, T> {
             .checked_mul(capacity)
             .and_then(|n| n.checked_mul(T::DTYPE.size()))
             .ok_or_else(|| Error::invalid("bufferizer size overflows"))?;
-        let buffer = source(backend, bytes)?;
+        let buffer = source(backend, &stream, bytes)?;
         let b = Bufferizer {
             backend: backend.clone(),
             stream,
@@ -140,7 +141,7 @@ impl<B: Kernels, T: Element> Bufferizer<B, T> {
 
     /// A new batch buffer, zeroed.
     fn fresh_slot(&self) -> Result<Arc<Slot<B>>> {
-        let buffer = (self.source)(&self.backend, self.nbytes())?;
+        let buffer = (self.source)(&self.backend, &self.stream, self.nbytes())?;
         if !buffer.is_empty() {
             self.backend.fill(&self.stream, buffer.memref(), bytemuck::bytes_of(&T::default()))?;
         }

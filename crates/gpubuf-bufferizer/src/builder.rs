@@ -44,13 +44,22 @@ impl<'a, B: Kernels, T: Element> Builder<'a, B, T> {
         self
     }
 
-    /// Take the batch buffers from `pool` (they return to it when dropped).
+    /// Take the batch buffers from `pool`. They return to it when the bufferizer and the
+    /// last view of them drop, stream-ordered: each block is allocated on the bufferizer's
+    /// stream (`MemoryPool::allocate_on`) and also names the backend's default stream, where
+    /// `NDBuffer` operations on a batch run, so the pool hands it to another stream or the
+    /// host only once the copies queued there have completed. A consumer that queues work
+    /// on a batch on a stream of its own must finish it before dropping the batch.
     pub fn pool<A>(mut self, pool: &MemoryPool<A>) -> Self
     where
         A: Allocator<Memory = B::Memory>,
     {
         let pool = pool.clone();
-        self.source = Some(Box::new(move |b: &B, bytes| pool.allocate(bytes)?.into_buffer(b)));
+        self.source = Some(Box::new(move |b: &B, stream: &B::Stream, bytes| {
+            let mut block = pool.allocate_on(bytes, b, stream)?;
+            block.record_stream(b, b.default_stream());
+            block.into_buffer(b)
+        }));
         self
     }
 
@@ -66,7 +75,8 @@ impl<'a, B: Kernels, T: Element> Builder<'a, B, T> {
     /// As [`Bufferizer::new`].
     pub fn build(self) -> Result<Bufferizer<B, T>> {
         let stream = self.stream.unwrap_or_else(|| self.backend.default_stream().clone());
-        let source = self.source.unwrap_or_else(|| Box::new(|b: &B, bytes| Buffer::empty(b, bytes)));
+        let source =
+            self.source.unwrap_or_else(|| Box::new(|b: &B, _: &B::Stream, bytes| Buffer::empty(b, bytes)));
         Bufferizer::from_parts(self.backend, self.element_shape, self.capacity, stream, source, self.hooks)
     }
 }

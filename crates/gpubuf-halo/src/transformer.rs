@@ -19,6 +19,12 @@ type Arrays<'q, M> = (Vec<MemRef<'q, M>>, Vec<usize>);
 pub struct HaloDataTransformer<B: Kernels, T: Element> {
     backend: B,
     stream: B::Stream,
+    /// The stream the buffers were allocated on (the backend's default stream): a pool
+    /// orders their reuse after the work queued there, so the work of `stream` is joined
+    /// into it before pooled buffers are released.
+    home: B::Stream,
+    /// Whether the buffers come from a pool.
+    pooled: bool,
     specs_x: Vec<HaloExchangeSpec>,
     specs_y: Option<Vec<HaloExchangeSpec>>,
     compiled: Compiled,
@@ -61,11 +67,18 @@ impl<B: Kernels, T: Element> HaloDataTransformer<B, T> {
     /// dtypes; [`Error::DTypeMismatch`] when the specs' dtype is not `T`;
     /// [`Error::OutOfBounds`] for slices outside their array; allocation errors.
     pub fn new(backend: &B, x: Vec<HaloExchangeSpec>, y: Option<Vec<HaloExchangeSpec>>) -> Result<Self> {
-        Self::build(backend, x, y, |b, n| Buffer::zeros(b, n))
+        Self::build(backend, x, y, false, |b, n| Buffer::zeros(b, n))
     }
 
     /// As [`HaloDataTransformer::new`], with both buffers from `pool` (returned by
-    /// [`HaloDataTransformer::finalize`] or on drop).
+    /// [`HaloDataTransformer::finalize`] or on drop). The blocks are allocated on the
+    /// backend's default stream (`MemoryPool::allocate_on`); when the transformer drops
+    /// with packs or unpacks still queued on another stream (see
+    /// [`HaloDataTransformer::set_stream`]), the default stream is first made to wait for
+    /// them, so the pool hands the blocks to the host or another stream only once that work
+    /// is done (dropping never blocks). Should that ordering fail (a driver error), the
+    /// drop waits for the stream instead, and if that fails too the blocks are never
+    /// reused.
     ///
     /// # Errors
     /// As [`HaloDataTransformer::new`].
@@ -78,8 +91,8 @@ impl<B: Kernels, T: Element> HaloDataTransformer<B, T> {
     where
         A: Allocator<Memory = B::Memory>,
     {
-        Self::build(backend, x, y, |b, n| {
-            let buf = pool.allocate(n)?.into_buffer(b)?;
+        Self::build(backend, x, y, true, |b, n| {
+            let buf = pool.allocate_on(n, b, b.default_stream())?.into_buffer(b)?;
             buf.fill(&[0])?;
             Ok(buf)
         })
@@ -89,6 +102,7 @@ impl<B: Kernels, T: Element> HaloDataTransformer<B, T> {
         backend: &B,
         x: Vec<HaloExchangeSpec>,
         y: Option<Vec<HaloExchangeSpec>>,
+        pooled: bool,
         alloc: impl Fn(&B, usize) -> Result<Buffer<B>>,
     ) -> Result<Self> {
         let all: Vec<&HaloExchangeSpec> = x.iter().chain(y.iter().flatten()).collect();
@@ -103,6 +117,8 @@ impl<B: Kernels, T: Element> HaloDataTransformer<B, T> {
         let mut t = HaloDataTransformer {
             backend: backend.clone(),
             stream: backend.default_stream().clone(),
+            home: backend.default_stream().clone(),
+            pooled,
             specs_x: x,
             specs_y: y,
             pack_buffer: Some(alloc(backend, bytes)?),
@@ -132,11 +148,24 @@ impl<B: Kernels, T: Element> HaloDataTransformer<B, T> {
         &self.stream
     }
 
-    /// Queues later packs and unpacks on `stream`. Work on other streams that writes the
-    /// quantities (or reads the halos) must be ordered with events
-    /// ([`gpubuf_core::Backend::stream_wait`]): streams are not ordered with each other.
-    pub fn set_stream(&mut self, stream: &B::Stream) {
+    /// Queues later packs and unpacks on `stream`, after the work already queued on the
+    /// previous stream (an event of that stream which `stream` waits for: both write the
+    /// same buffers). Work on other streams that writes the quantities (or reads the halos)
+    /// must be ordered with events ([`gpubuf_core::Backend::stream_wait`]): streams are not
+    /// ordered with each other.
+    ///
+    /// # Errors
+    /// Driver errors from recording or waiting for the event; the stream is then unchanged.
+    pub fn set_stream(&mut self, stream: &B::Stream) -> Result<()> {
+        if self.backend.stream_id(stream) == self.backend.stream_id(&self.stream) {
+            return Ok(());
+        }
+        if self.pack_buffer.is_some() || self.unpack_buffer.is_some() {
+            let queued = self.backend.record_event(&self.stream)?;
+            self.backend.stream_wait(stream, &queued)?;
+        }
         self.stream = stream.clone();
+        Ok(())
     }
 
     /// Whether both buffers exist (until [`HaloDataTransformer::finalize`]).
@@ -337,5 +366,28 @@ impl<B: Kernels, T: Element> HaloDataTransformer<B, T> {
         self.pack_buffer = None;
         self.unpack_buffer = None;
         Ok(())
+    }
+}
+
+impl<B: Kernels, T: Element> Drop for HaloDataTransformer<B, T> {
+    /// Pooled buffers go back ordered after the work queued on the transformer's stream:
+    /// the stream they were allocated on waits for it (the pool records its event there).
+    fn drop(&mut self) {
+        let held = self.pack_buffer.is_some() || self.unpack_buffer.is_some();
+        if !self.pooled || !held || self.backend.stream_id(&self.stream) == self.backend.stream_id(&self.home)
+        {
+            return;
+        }
+        let joined =
+            self.backend.record_event(&self.stream).and_then(|e| self.backend.stream_wait(&self.home, &e));
+        if let Err(e) = joined {
+            if let Err(e2) = self.backend.synchronize(&self.stream) {
+                // Nothing tells when the queued work is done: the blocks must never be
+                // handed out again.
+                tracing::warn!("halo transformer dropped with unordered work ({e}; {e2}); its pool blocks are not reused");
+                std::mem::forget(self.pack_buffer.take());
+                std::mem::forget(self.unpack_buffer.take());
+            }
+        }
     }
 }

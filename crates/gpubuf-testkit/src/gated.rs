@@ -3,9 +3,12 @@
 //! The CPU backend's events are complete when recorded, and a device's finish in
 //! microseconds, so a test of "a block freed on a stream is not handed elsewhere while the
 //! stream's work is pending" passes on them whether or not the rule holds. `Gated` wraps
-//! any backend: memory and data movement go to the inner backend, but an event of a gated
+//! any backend: memory, data movement and copy plans ([`Kernels`], so bufferizers and halo
+//! transformers run on it) go to the inner backend, but an event of a gated
 //! stream completes only when the test calls [`Gated::complete`] (or [`Gated::complete_all`],
-//! or waits on it with [`Backend::synchronize`] / [`Backend::wait_event`]).
+//! or waits on it with [`Backend::synchronize`] / [`Backend::wait_event`]). As on a device,
+//! [`Backend::stream_wait`] orders streams: an event recorded on a stream after it was made
+//! to wait for another stream's event completes only once that event has completed too.
 //!
 //! ```
 //! use gpubuf::{Backend, MemoryPool};
@@ -24,7 +27,9 @@
 //! # Ok::<(), gpubuf::Error>(())
 //! ```
 
-use gpubuf::{Allocator, Backend, BackendKind, DeviceInfo, Error, MemRef, MemoryInfo, Result};
+use gpubuf::{
+    Allocator, Backend, BackendKind, CopyPlan, DType, DeviceInfo, Error, Kernels, MemRef, MemoryInfo, Result,
+};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -41,6 +46,8 @@ struct Shared<B: Backend> {
     default_stream: GatedStream<B>,
     /// Every event not yet completed, with its stream's identity.
     outstanding: Mutex<Vec<(u64, Arc<Mark<B>>)>>,
+    /// The events each stream was made to wait for ([`Backend::stream_wait`]).
+    waits: Mutex<Vec<(u64, Arc<Mark<B>>)>>,
     /// Whether `record_event` fails (a driver error on demand).
     fail_records: AtomicBool,
 }
@@ -49,6 +56,23 @@ struct Shared<B: Backend> {
 struct Mark<B: Backend> {
     inner: B::Event,
     done: AtomicBool,
+    /// Events of other streams that the stream waited for before this one was recorded.
+    after: Vec<Arc<Mark<B>>>,
+}
+
+impl<B: Backend> Mark<B> {
+    /// Completed by the test, and so is everything it waits for.
+    fn complete(&self) -> bool {
+        self.done.load(Ordering::SeqCst) && self.after.iter().all(|m| m.complete())
+    }
+
+    /// Marks it and everything it waits for complete (a host wait has waited for all of it).
+    fn finish(&self) {
+        self.done.store(true, Ordering::SeqCst);
+        for m in &self.after {
+            m.finish();
+        }
+    }
 }
 
 impl<B: Backend> Clone for Gated<B> {
@@ -117,6 +141,7 @@ impl<B: Backend> Gated<B> {
         let shared = Shared {
             default_stream,
             outstanding: Mutex::new(Vec::new()),
+            waits: Mutex::new(Vec::new()),
             fail_records: AtomicBool::new(false),
         };
         Gated { inner, shared: Arc::new(shared) }
@@ -142,14 +167,26 @@ impl<B: Backend> Gated<B> {
     ///
     /// # Errors
     /// What the inner backend's `synchronize` returns.
+    /// An event recorded after the stream was made to wait for another stream's event
+    /// ([`Backend::stream_wait`]) stays pending until that event is completed too
+    /// ([`Backend::synchronize`] completes those as well, as the host has waited for them).
     pub fn complete(&self, stream: &GatedStream<B>) -> Result<()> {
+        self.complete_stream(stream, false)
+    }
+
+    fn complete_stream(&self, stream: &GatedStream<B>, with_waits: bool) -> Result<()> {
         self.inner.synchronize(&stream.inner)?;
-        self.outstanding().retain(|(s, mark)| {
+        let mut out = self.outstanding();
+        for (s, mark) in out.iter() {
             if *s == stream.id {
-                mark.done.store(true, Ordering::SeqCst);
+                if with_waits {
+                    mark.finish();
+                } else {
+                    mark.done.store(true, Ordering::SeqCst);
+                }
             }
-            *s != stream.id
-        });
+        }
+        out.retain(|(s, mark)| *s != stream.id && !mark.complete());
         Ok(())
     }
 
@@ -249,29 +286,69 @@ impl<B: Backend> Backend for Gated<B> {
                 message: "record_event failed on demand (gpubuf_testkit::gated)".into(),
             });
         }
-        let mark =
-            Arc::new(Mark { inner: self.inner.record_event(&stream.inner)?, done: AtomicBool::new(false) });
+        let after: Vec<Arc<Mark<B>>> = {
+            let mut waits = self.shared.waits.lock().unwrap_or_else(PoisonError::into_inner);
+            waits.retain(|(_, m)| !m.complete());
+            waits.iter().filter(|(s, _)| *s == stream.id).map(|(_, m)| m.clone()).collect()
+        };
+        let inner = self.inner.record_event(&stream.inner)?;
+        let mark = Arc::new(Mark { inner, done: AtomicBool::new(false), after });
         self.outstanding().push((stream.id, mark.clone()));
         Ok(GatedEvent { stream: stream.id, mark })
     }
 
     fn event_complete(&self, event: &GatedEvent<B>) -> Result<bool> {
-        Ok(event.mark.done.load(Ordering::SeqCst))
+        Ok(event.mark.complete())
     }
 
-    /// Waiting completes the event: the host blocks until the inner work is done.
+    /// Waiting completes the event and the events it waits for: the host blocks until the
+    /// inner work is done.
     fn wait_event(&self, event: &GatedEvent<B>) -> Result<()> {
         self.inner.wait_event(&event.mark.inner)?;
-        event.mark.done.store(true, Ordering::SeqCst);
-        self.outstanding().retain(|(_, m)| !Arc::ptr_eq(m, &event.mark));
+        event.mark.finish();
+        self.outstanding().retain(|(_, m)| !m.complete());
         Ok(())
     }
 
+    /// Later events of `stream` complete only once `event` has completed too.
     fn stream_wait(&self, stream: &GatedStream<B>, event: &GatedEvent<B>) -> Result<()> {
-        self.inner.stream_wait(&stream.inner, &event.mark.inner)
+        self.inner.stream_wait(&stream.inner, &event.mark.inner)?;
+        if !event.mark.complete() {
+            let mut waits = self.shared.waits.lock().unwrap_or_else(PoisonError::into_inner);
+            waits.push((stream.id, event.mark.clone()));
+        }
+        Ok(())
     }
 
     fn synchronize(&self, stream: &GatedStream<B>) -> Result<()> {
-        self.complete(stream)
+        self.complete_stream(stream, true)
+    }
+}
+
+impl<B: Kernels> Kernels for Gated<B> {
+    type Plan = B::Plan;
+
+    fn prepare(&self, plan: &CopyPlan, dtype: DType) -> Result<B::Plan> {
+        self.inner.prepare(plan, dtype)
+    }
+
+    fn gather(
+        &self,
+        stream: &GatedStream<B>,
+        plan: &B::Plan,
+        sources: &[MemRef<'_, B::Memory>],
+        dst: MemRef<'_, B::Memory>,
+    ) -> Result<()> {
+        self.inner.gather(&stream.inner, plan, sources, dst)
+    }
+
+    fn scatter(
+        &self,
+        stream: &GatedStream<B>,
+        plan: &B::Plan,
+        src: MemRef<'_, B::Memory>,
+        targets: &[MemRef<'_, B::Memory>],
+    ) -> Result<()> {
+        self.inner.scatter(&stream.inner, plan, src, targets)
     }
 }

@@ -1,0 +1,203 @@
+//! Pooled bufferizer and halo buffers go back to their pool stream-ordered: a block the
+//! component used on a stream is not handed to the host (or another stream) while that
+//! stream's work on it may still be queued. Deterministic through
+//! `gpubuf_testkit::gated::Gated` (events pending until the test completes them) on every
+//! backend, plus the data race itself on OpenCL, whose copies and launches are asynchronous.
+
+use gpubuf::bufferizer::Bufferizer;
+use gpubuf::halo::{Boundary, Dim, HaloDataTransformer, HaloExchangeSpec, QuantityHaloSpec};
+use gpubuf::pool::{ImmediateAllocator, MemoryPool};
+use gpubuf::{
+    Allocator, Backend, Buffer, DType, DeviceMemory, Kernels, NDBuffer, Order, PooledBuffer, Result,
+};
+use gpubuf_testkit::backend_tests;
+use gpubuf_testkit::gated::Gated;
+
+/// Where a buffer lies: (allocation, first byte, end).
+type Place = (usize, usize, usize);
+
+fn of_buffer<B: Kernels>(b: &Buffer<B>) -> Place {
+    (b.memory().id(), b.offset(), b.offset() + b.len())
+}
+
+fn of_block<A: Allocator>(b: &PooledBuffer<A>) -> Place {
+    (b.memory().id(), b.offset(), b.offset() + b.block_size())
+}
+
+fn overlaps(a: Place, b: Place) -> bool {
+    a.0 == b.0 && a.1 < b.2 && b.1 < a.2
+}
+
+/// Asserts that none of `host` shares a byte with any of `used`.
+fn disjoint(host: &[Place], used: &[Place], what: &str) {
+    for h in host {
+        for u in used {
+            assert!(!overlaps(*h, *u), "{what}: the host got block {h:?}, still in use at {u:?}");
+        }
+    }
+}
+
+/// The bufferizer's slots (the first buffer, the one `allocate()` replaces, a batch handed
+/// out by `take_batch`) go back to the pool only once the work queued on the bufferizer's
+/// stream is done.
+fn bufferizer_blocks_wait_for_their_stream<B: Kernels>(b: &B) -> Result<()> {
+    let g = Gated::new(b.clone());
+    let pool = MemoryPool::new(ImmediateAllocator(g.clone()));
+    let s = g.new_stream()?;
+    let n = 4096;
+    let src = NDBuffer::<_, f32>::create(&g, &[n], Order::C, Some(1.0))?;
+    let mut z = Bufferizer::<_, f32>::builder(&g, &[n], 1).stream(&s).pool(&pool).build()?;
+    let mut used = vec![of_buffer(z.view()?.buffer())];
+    z.append_one(&src)?;
+    z.allocate()?; // the first slot goes back with its copy queued on `s`
+    used.push(of_buffer(z.view()?.buffer()));
+    z.append_one(&src)?;
+    let batch = z.take_batch()?;
+    used.push(of_buffer(z.view()?.buffer()));
+    z.append_one(&src)?;
+    drop(batch);
+    drop(z);
+    // The default stream (where work on a batch runs) is done; the bufferizer's is not.
+    g.complete(g.default_stream())?;
+    let host: Vec<PooledBuffer<_>> = (0..4).map(|_| pool.allocate(n * 4)).collect::<Result<_>>()?;
+    disjoint(&host.iter().map(of_block).collect::<Vec<_>>(), &used, "bufferizer");
+    assert!(g.pending() > 0, "the frees recorded events on the bufferizer's stream");
+    g.complete_all()?;
+    drop(host);
+    assert_eq!(pool.active_blocks(), 0, "every block went back");
+    Ok(())
+}
+
+/// A batch is read through `NDBuffer` operations, which run on the default stream: its
+/// block also waits for that stream's work, not only the bufferizer's.
+fn bufferizer_batch_waits_for_the_default_stream<B: Kernels>(b: &B) -> Result<()> {
+    let g = Gated::new(b.clone());
+    let pool = MemoryPool::new(ImmediateAllocator(g.clone()));
+    let s = g.new_stream()?;
+    let mut z = Bufferizer::<_, f32>::builder(&g, &[1024], 2).stream(&s).pool(&pool).build()?;
+    z.append_one(ndarray::Array1::from_elem(1024, 2.0f32).view())?;
+    let batch = z.take_batch()?;
+    let used = [of_buffer(batch.buffer()), of_buffer(z.view()?.buffer())];
+    let copy = NDBuffer::<_, f32>::zeros(&g, &[1, 1024])?;
+    copy.copy_from(&batch)?; // queued on the default stream
+    drop((batch, z));
+    g.complete(&s)?;
+    let host: Vec<PooledBuffer<_>> = (0..4).map(|_| pool.allocate(8192)).collect::<Result<_>>()?;
+    disjoint(&host.iter().map(of_block).collect::<Vec<_>>(), &used, "batch");
+    g.complete_all()?;
+    assert_eq!(copy.to_vec()?, vec![2.0f32; 1024]);
+    Ok(())
+}
+
+fn halo_specs(extent: usize, n_halo: usize) -> Result<(QuantityHaloSpec, Vec<HaloExchangeSpec>)> {
+    let spec = QuantityHaloSpec::centered(&[Dim::X, Dim::Y], &[extent, extent], n_halo, 0, DType::F32)?;
+    let specs = Boundary::ALL
+        .iter()
+        .map(|&bd| HaloExchangeSpec::for_boundary(spec.clone(), bd, 1))
+        .collect::<Result<Vec<_>>>()?;
+    Ok((spec, specs))
+}
+
+/// A pooled transformer dropped (without `finalize`) while packs are queued on its own
+/// stream: its blocks are not handed to the host before that work is done, even once the
+/// stream they were allocated on is.
+fn halo_blocks_wait_for_the_stream<B: Kernels>(b: &B) -> Result<()> {
+    let g = Gated::new(b.clone());
+    let pool = MemoryPool::new(ImmediateAllocator(g.clone()));
+    let (spec, specs) = halo_specs(16, 3)?;
+    let q = NDBuffer::<_, f32>::create(&g, &spec.shape, Order::C, Some(1.0))?;
+    let qs = vec![&q; specs.len()];
+    let mut t = HaloDataTransformer::<_, f32>::with_pool(&g, &pool, specs, None)?;
+    let used = [of_buffer(t.pack_buffer()?), of_buffer(t.unpack_buffer()?)];
+    let bytes = t.buffer_len() * 4;
+    let (s1, s2) = (g.new_stream()?, g.new_stream()?);
+    t.set_stream(&s1)?;
+    t.async_pack(&qs, None)?;
+    t.set_stream(&s2)?;
+    t.async_unpack(&qs, None)?;
+    drop(t);
+    // The stream the blocks were allocated on is done, and so is the last one the
+    // transformer used; the first one is not.
+    g.complete(g.default_stream())?;
+    g.complete(&s2)?;
+    let host: Vec<PooledBuffer<_>> = (0..4).map(|_| pool.allocate(bytes)).collect::<Result<_>>()?;
+    disjoint(&host.iter().map(of_block).collect::<Vec<_>>(), &used, "halo");
+    g.complete_all()?;
+    drop(host);
+    assert_eq!(pool.active_blocks(), 0, "both blocks went back");
+    Ok(())
+}
+
+backend_tests!(
+    bufferizer_blocks_wait_for_their_stream,
+    bufferizer_batch_waits_for_the_default_stream,
+    halo_blocks_wait_for_the_stream
+);
+
+/// The last `tail` bytes of `block` read back after the work on `s` is done: they must be
+/// the zeros written after the component released the block.
+fn zeros_survive<B: Kernels, A: Allocator<Memory = B::Memory>>(
+    b: &B,
+    s: &B::Stream,
+    block: &PooledBuffer<A>,
+) -> Result<bool> {
+    b.write(b.default_stream(), block.memory(), block.offset(), &vec![0u8; block.len()])?;
+    b.synchronize(s)?;
+    b.synchronize(b.default_stream())?;
+    let tail = 4096.min(block.len());
+    let mut back = vec![1u8; tail];
+    b.read(b.default_stream(), block.memory(), block.offset() + block.len() - tail, &mut back)?;
+    Ok(back.iter().all(|&x| x == 0))
+}
+
+/// The data race itself on OpenCL: copies queued on the bufferizer's stream used to land
+/// in a block the host had already been given again.
+#[cfg(feature = "opencl")]
+#[test]
+fn opencl_bufferizer_queued_copies_do_not_overwrite_the_next_owner() -> Result<()> {
+    let Some(b) = gpubuf_testkit::opencl() else { return Ok(()) };
+    let n = 4 << 20;
+    let src = NDBuffer::<_, f32>::create(&b, &[n], Order::C, Some(1.0))?;
+    let pool = MemoryPool::new(ImmediateAllocator(b.clone()));
+    let s = b.new_stream()?;
+    for round in 0..3 {
+        let mut z = Bufferizer::<_, f32>::builder(&b, &[n], 1).stream(&s).pool(&pool).build()?;
+        for _ in 0..4 {
+            z.clear();
+            z.append_one(&src)?;
+        }
+        drop(z);
+        let blk = pool.allocate(n * 4)?;
+        assert!(zeros_survive(&b, &s, &blk)?, "round {round}: queued copies overwrote the new owner's data");
+    }
+    Ok(())
+}
+
+/// The same for a pooled halo transformer dropped with packs queued on its own stream.
+#[cfg(feature = "opencl")]
+#[test]
+fn opencl_halo_queued_packs_do_not_overwrite_the_next_owner() -> Result<()> {
+    let Some(b) = gpubuf_testkit::opencl() else { return Ok(()) };
+    let (spec, specs) = halo_specs(1024, 256)?;
+    let q = NDBuffer::<_, f32>::create(&b, &spec.shape, Order::C, Some(1.0))?;
+    let qs = vec![&q; specs.len()];
+    let pool = MemoryPool::new(ImmediateAllocator(b.clone()));
+    let s = b.new_stream()?;
+    for round in 0..3 {
+        let mut t = HaloDataTransformer::<_, f32>::with_pool(&b, &pool, specs.clone(), None)?;
+        let bytes = t.buffer_len() * 4;
+        t.set_stream(&s)?;
+        for _ in 0..8 {
+            t.async_pack(&qs, None)?;
+        }
+        drop(t);
+        let blocks = [pool.allocate(bytes)?, pool.allocate(bytes)?];
+        for blk in &blocks {
+            assert!(
+                zeros_survive(&b, &s, blk)?,
+                "round {round}: queued packs overwrote the new owner's data"
+            );
+        }
+    }
+    Ok(())
+}
