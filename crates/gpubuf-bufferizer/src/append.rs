@@ -20,7 +20,12 @@ fn add(a: usize, b: usize) -> Result<usize> {
 }
 
 impl<B: Kernels, T: Element> Bufferizer<B, T> {
-    fn after_append(&mut self, multiple: bool) {
+    /// Fires the append hook, then `on_full` if the buffer is full: only for an append of
+    /// at least one element (an append of none changes nothing and fires nothing).
+    fn after_append(&mut self, added: usize, multiple: bool) {
+        if added == 0 {
+            return;
+        }
         if multiple {
             self.fire(|h| &mut h.on_append_multiple);
         } else {
@@ -57,9 +62,13 @@ impl<B: Kernels, T: Element> Bufferizer<B, T> {
     }
 
     /// The bytes a device input is read from: its dense range when C-contiguous, else its
-    /// whole storage (what a plan gather is checked against).
+    /// whole storage (what a plan gather is checked against). An empty view reads nothing,
+    /// whatever its offset: an empty range at the start of its storage.
     fn device_source<'s>(a: &'s NDBuffer<B, T>) -> Result<MemRef<'s, B::Memory>> {
         let storage = a.storage();
+        if a.size() == 0 {
+            return Ok(MemRef { len: 0, ..storage });
+        }
         if !a.is_c_contiguous() {
             return Ok(storage);
         }
@@ -101,6 +110,10 @@ impl<B: Kernels, T: Element> Bufferizer<B, T> {
                 if !a.backend().same_device(&self.backend) {
                     return Err(Error::DeviceMismatch("the input array lives on another device".into()));
                 }
+                if a.size() == 0 {
+                    // Nothing of it is read: an empty view may carry any offset.
+                    return Ok(());
+                }
                 let src = Self::device_source(a)?;
                 if src.overlaps(&whole) {
                     return Err(Error::invalid(
@@ -139,12 +152,13 @@ impl<B: Kernels, T: Element> Bufferizer<B, T> {
         self.check_input(&input, &shape, self.len, 1, self.dst(self.len, 1)?)?;
         self.copy_in(&input, self.len, 1)?;
         self.len += 1;
-        self.after_append(false);
+        self.after_append(1, false);
         Ok(())
     }
 
     /// Appends a batch whose first axis counts the elements (`[n, *element_shape]`); fires
-    /// `on_append_multiple`, then `on_full` if full.
+    /// `on_append_multiple`, then `on_full` if full. A batch of no elements (`n = 0`) is
+    /// checked as any other and changes nothing: no hook fires (it filled nothing).
     ///
     /// # Errors
     /// [`Error::Capacity`] when the batch does not fit (nothing is copied), and as
@@ -165,7 +179,7 @@ impl<B: Kernels, T: Element> Bufferizer<B, T> {
         self.check_input(&input, &shape, self.len, n, self.dst(self.len, n)?)?;
         self.copy_in(&input, self.len, n)?;
         self.len += n;
-        self.after_append(true);
+        self.after_append(n, true);
         Ok(())
     }
 
@@ -173,7 +187,9 @@ impl<B: Kernels, T: Element> Bufferizer<B, T> {
     /// every check its copy will make (shape, dtype, byte count, device, alignment, and no
     /// device input sharing bytes with the elements the list is copied to), are checked
     /// before the first byte moves (dolphin appends one by one and leaves a list
-    /// half-appended on overflow). Fires `on_append_multiple` once, then `on_full`.
+    /// half-appended on overflow). Fires `on_append_multiple` once, then `on_full` if the
+    /// list filled the buffer; an empty list changes nothing and fires no hook (as dolphin,
+    /// which appends a list element by element).
     ///
     /// # Errors
     /// As [`Bufferizer::append_multiple`]; a bad element copies nothing. A driver error
@@ -191,7 +207,7 @@ impl<B: Kernels, T: Element> Bufferizer<B, T> {
             self.copy_in(e, self.len + k, 1)?;
         }
         self.len += elements.len();
-        self.after_append(true);
+        self.after_append(elements.len(), true);
         Ok(())
     }
 

@@ -7,11 +7,12 @@ mod faulty;
 use faulty::Faulty;
 use gpubuf::bufferizer::{Bufferizer, Input};
 use gpubuf::pool::MemoryPool;
-use gpubuf::{DType, Error, Kernels, NDBuffer, Result};
+use gpubuf::{DType, Error, Kernels, Layout, NDBuffer, Result};
 use gpubuf_testkit::backend_tests;
 use ndarray::{Array1, Array2};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
+use std::sync::{Arc, Mutex};
 
 const EL: usize = 2;
 const CAP: usize = 5;
@@ -140,7 +141,19 @@ fn hostile_ops_match_a_model<B: Kernels>(b: &B) -> Result<()> {
         .run(&ops, |ops| {
             let e = |e: Error| TestCaseError::fail(e.to_string());
             f.disarm();
-            let mut buf = Bufferizer::<Faulty<B>, f32>::new(&f, &[EL], CAP, None).map_err(e)?;
+            let fired: Arc<Mutex<Vec<&'static str>>> = Arc::default();
+            let hook = |name: &'static str| {
+                let fired = fired.clone();
+                move |_: &Bufferizer<Faulty<B>, f32>| {
+                    fired.lock().unwrap_or_else(|e| e.into_inner()).push(name)
+                }
+            };
+            let mut buf = Bufferizer::<Faulty<B>, f32>::builder(&f, &[EL], CAP)
+                .on_append_one(hook("append"))
+                .on_append_multiple(hook("append"))
+                .on_full(hook("full"))
+                .build()
+                .map_err(e)?;
             let mut model = vec![0.0f32; EL * CAP];
             let mut len = 0usize;
             let mut fault = None;
@@ -275,6 +288,14 @@ fn hostile_ops_match_a_model<B: Kernels>(b: &B) -> Result<()> {
                     (true, Ok(())) if appending => {
                         model[len * EL..(len + n) * EL].copy_from_slice(&values);
                         len += n;
+                        // An append hook, then on_full if it filled the buffer; none for no element.
+                        let want: &[&str] = match (n, len == CAP) {
+                            (0, _) => &[],
+                            (_, true) => &["append", "full"],
+                            (_, false) => &["append"],
+                        };
+                        let got = std::mem::take(&mut *fired.lock().unwrap_or_else(|e| e.into_inner()));
+                        prop_assert_eq!(got.as_slice(), want, "hooks of op {} {:?}", k, op);
                     }
                     (true, Ok(())) => {}
                     (true, Err(Error::Driver { .. })) => {
@@ -285,6 +306,8 @@ fn hostile_ops_match_a_model<B: Kernels>(b: &B) -> Result<()> {
                     }
                     (true, Err(x)) => return Err(TestCaseError::fail(format!("op {k} {op:?}: {x}"))),
                 }
+                let stray = std::mem::take(&mut *fired.lock().unwrap_or_else(|e| e.into_inner()));
+                prop_assert!(stray.is_empty(), "op {} {:?} fired {:?}", k, op, stray);
                 prop_assert_eq!(buf.len(), len, "len after op {} {:?}", k, op);
                 prop_assert_eq!(&after, &model, "storage after op {} {:?}", k, op);
             }
@@ -330,4 +353,57 @@ fn foreign_and_unaligned_device_inputs<B: Kernels>(b: &B) -> Result<()> {
     Ok(())
 }
 
-backend_tests!(hostile_constructors, hostile_ops_match_a_model, foreign_and_unaligned_device_inputs);
+/// Appends of no element (an empty batch, an empty list, an empty device view at any
+/// offset, contiguous or not) are accepted and change nothing: no hook fires, on a full
+/// buffer (whose `on_full` they used to fire again) or an empty one. Such a view at an
+/// offset past its storage used to be refused (`OutOfBounds`).
+fn empty_appends_fire_nothing<B: Kernels>(b: &B) -> Result<()> {
+    let log: Arc<Mutex<Vec<&'static str>>> = Arc::default();
+    let hook = |name: &'static str| {
+        let log = log.clone();
+        move |_: &Bufferizer<B, f32>| log.lock().unwrap_or_else(|e| e.into_inner()).push(name)
+    };
+    let mut buf = Bufferizer::<B, f32>::builder(b, &[EL], 2)
+        .on_append_one(hook("one"))
+        .on_append_multiple(hook("multiple"))
+        .on_full(hook("full"))
+        .build()?;
+    let base = NDBuffer::<B, f32>::zeros(b, &[4, EL])?;
+    let empty = |strides: Vec<isize>, offset: usize| {
+        let l = Layout::new(vec![0, EL], strides, offset)?;
+        NDBuffer::from_buffer_layout(base.buffer().clone(), l)
+    };
+    let views = [empty(vec![1, 1], 1 << 40)?, empty(vec![-3, 7], usize::MAX / 8)?, empty(vec![2, 1], 8)?];
+    let none = Array2::<f32>::zeros((0, EL));
+    for round in 0..2 {
+        if round == 1 {
+            buf.append_multiple(elems(2, 1).view())?;
+            assert_eq!(*log.lock().unwrap_or_else(|e| e.into_inner()), ["multiple", "full"]);
+            log.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        }
+        let before = buf.view()?.to_vec()?;
+        let len = buf.len();
+        buf.append_multiple(none.view())?;
+        buf.append(none.view())?;
+        buf.append_list(&[])?;
+        buf.append_multiple(Input::Bytes { shape: &[0, EL], dtype: DType::F32, bytes: &[] })?;
+        for v in &views {
+            buf.append(v)?;
+            buf.append_multiple(v)?;
+        }
+        assert!(log.lock().unwrap_or_else(|e| e.into_inner()).is_empty(), "round {round}: a hook fired");
+        assert_eq!(buf.len(), len);
+        assert_eq!(buf.view()?.to_vec()?, before);
+    }
+    // Still checked: the wrong element shape is refused even with no element.
+    let wrong = Array2::<f32>::zeros((0, EL + 1));
+    assert!(matches!(buf.append_multiple(wrong.view()), Err(Error::ShapeMismatch { .. })));
+    Ok(())
+}
+
+backend_tests!(
+    hostile_constructors,
+    hostile_ops_match_a_model,
+    foreign_and_unaligned_device_inputs,
+    empty_appends_fire_nothing
+);
