@@ -248,7 +248,20 @@ impl<B: Kernels, T: Element> Bufferizer<B, T> {
         &self.backend
     }
 
+    /// Makes `waiter` wait for the work queued so far on `on` (nothing when they are one
+    /// stream).
+    fn order(&self, waiter: &B::Stream, on: &B::Stream) -> Result<()> {
+        if self.backend.stream_id(waiter) == self.backend.stream_id(on) {
+            return Ok(());
+        }
+        let queued = self.backend.record_event(on)?;
+        self.backend.stream_wait(waiter, &queued)
+    }
+
+    /// A view of `count` elements of `slot`. `NDBuffer` operations run on the default
+    /// stream, so it is made to wait for the appends queued on the bufferizer's stream.
     fn view_of(&self, slot: &Arc<Slot<B>>, count: usize) -> Result<NDBuffer<B, T>> {
+        self.order(self.backend.default_stream(), &self.stream)?;
         let buf = &slot.buffer;
         let bytes = count * self.element_nbytes();
         let lease: Arc<dyn std::any::Any + Send + Sync> = slot.clone();
@@ -264,18 +277,23 @@ impl<B: Kernels, T: Element> Bufferizer<B, T> {
     }
 
     /// An array view over the whole capacity (`shape()`), sharing the storage: appends show
-    /// through it. While it is alive its buffer is not reused by double buffering.
+    /// through it. While it is alive its buffer is not reused by double buffering. Its
+    /// operations (on the default stream) come after the appends queued so far on the
+    /// bufferizer's stream; to read later appends through it, take a view again (or
+    /// synchronize the bufferizer's stream).
     ///
     /// # Errors
-    /// Only on inconsistent internal state.
+    /// Driver errors from ordering the default stream after the bufferizer's; otherwise
+    /// only on inconsistent internal state.
     pub fn view(&self) -> Result<NDBuffer<B, T>> {
         self.view_of(&self.current, self.capacity)
     }
 
-    /// An array view over the appended elements, `[len, *element_shape]`.
+    /// An array view over the appended elements, `[len, *element_shape]`, ordered after
+    /// them as [`Bufferizer::view`].
     ///
     /// # Errors
-    /// Only on inconsistent internal state.
+    /// As [`Bufferizer::view`].
     pub fn filled(&self) -> Result<NDBuffer<B, T>> {
         self.view_of(&self.current, self.len)
     }
@@ -286,13 +304,23 @@ impl<B: Kernels, T: Element> Bufferizer<B, T> {
     /// alive any more, otherwise a fresh one is allocated (zeroed). A reused buffer's elements
     /// past `len()` hold its old data until a [`Bufferizer::flush`]. Fires no hook.
     ///
+    /// Streams: the batch's operations (on the default stream) come after the appends that
+    /// filled it, and appends into a reused buffer come after the work queued on the
+    /// default stream before this call (the previous batch's consumer).
+    ///
     /// # Errors
-    /// Allocation errors; on error nothing changes (the same buffer keeps its elements and
-    /// `len()`, and the spare buffer is kept).
+    /// Allocation and driver errors; on error nothing changes (the same buffer keeps its
+    /// elements and `len()`, and the spare buffer is kept).
     pub fn take_batch(&mut self) -> Result<NDBuffer<B, T>> {
         let batch = self.filled()?;
         let next = match self.spare.take() {
-            Some(s) if Arc::strong_count(&s) == 1 => s,
+            Some(s) if Arc::strong_count(&s) == 1 => {
+                if let Err(e) = self.order(&self.stream, self.backend.default_stream()) {
+                    self.spare = Some(s);
+                    return Err(e);
+                }
+                s
+            }
             spare => match self.fresh_slot() {
                 Ok(s) => s,
                 Err(e) => {

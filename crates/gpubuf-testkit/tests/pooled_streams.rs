@@ -1,8 +1,10 @@
-//! Pooled bufferizer and halo buffers go back to their pool stream-ordered: a block the
-//! component used on a stream is not handed to the host (or another stream) while that
-//! stream's work on it may still be queued. Deterministic through
-//! `gpubuf_testkit::gated::Gated` (events pending until the test completes them) on every
-//! backend, plus the data race itself on OpenCL, whose copies and launches are asynchronous.
+//! Bufferizers and halo transformers on a stream of their own: pooled buffers go back to
+//! their pool stream-ordered (a block the component used on a stream is not handed to the
+//! host or another stream while that stream's work on it may still be queued), and the
+//! bufferizer's views, used on the default stream, are ordered with its appends.
+//! Deterministic through `gpubuf_testkit::gated::Gated` (events pending until the test
+//! completes them) on every backend, plus the data races themselves on OpenCL, whose copies
+//! and launches are asynchronous.
 
 use gpubuf::bufferizer::Bufferizer;
 use gpubuf::halo::{Boundary, Dim, HaloDataTransformer, HaloExchangeSpec, QuantityHaloSpec};
@@ -12,6 +14,7 @@ use gpubuf::{
 };
 use gpubuf_testkit::backend_tests;
 use gpubuf_testkit::gated::Gated;
+use ndarray::Array1;
 
 /// Where a buffer lies: (allocation, first byte, end).
 type Place = (usize, usize, usize);
@@ -89,6 +92,34 @@ fn bufferizer_batch_waits_for_the_default_stream<B: Kernels>(b: &B) -> Result<()
     Ok(())
 }
 
+/// A batch (read on the default stream) comes after the appends queued on the bufferizer's
+/// stream, and appends into a reused buffer come after the previous batch's consumer's
+/// work on the default stream.
+fn bufferizer_views_are_ordered_with_the_default_stream<B: Kernels>(b: &B) -> Result<()> {
+    let g = Gated::new(b.clone());
+    let s = g.new_stream()?;
+    let d = g.default_stream().clone();
+    let mut z = Bufferizer::<_, f32>::builder(&g, &[64], 2).stream(&s).build()?;
+    z.append_one(Array1::from_elem(64, 3.0f32).view())?;
+    let batch = z.take_batch()?;
+    let read = g.record_event(&d)?;
+    g.complete(&d)?;
+    assert!(!g.event_complete(&read)?, "the batch's reads wait for the appends");
+    g.complete(&s)?;
+    assert!(g.event_complete(&read)?);
+    assert_eq!(batch.to_vec()?, vec![3.0f32; 64]);
+    drop(batch); // its consumer's work, queued on the default stream, may still run
+    z.append_one(Array1::from_elem(64, 4.0f32).view())?;
+    let second = z.take_batch()?; // appends now go to the first batch's buffer again
+    let write = g.record_event(&s)?;
+    g.complete(&s)?;
+    assert!(!g.event_complete(&write)?, "appends into the reused buffer wait for its consumer");
+    g.complete(&d)?;
+    assert!(g.event_complete(&write)?);
+    assert_eq!(second.to_vec()?, vec![4.0f32; 64]);
+    Ok(())
+}
+
 fn halo_specs(extent: usize, n_halo: usize) -> Result<(QuantityHaloSpec, Vec<HaloExchangeSpec>)> {
     let spec = QuantityHaloSpec::centered(&[Dim::X, Dim::Y], &[extent, extent], n_halo, 0, DType::F32)?;
     let specs = Boundary::ALL
@@ -131,6 +162,7 @@ fn halo_blocks_wait_for_the_stream<B: Kernels>(b: &B) -> Result<()> {
 backend_tests!(
     bufferizer_blocks_wait_for_their_stream,
     bufferizer_batch_waits_for_the_default_stream,
+    bufferizer_views_are_ordered_with_the_default_stream,
     halo_blocks_wait_for_the_stream
 );
 
@@ -198,6 +230,29 @@ fn opencl_halo_queued_packs_do_not_overwrite_the_next_owner() -> Result<()> {
                 "round {round}: queued packs overwrote the new owner's data"
             );
         }
+    }
+    Ok(())
+}
+
+/// A batch taken from a bufferizer on its own stream and read at once used to be read
+/// before the appends had landed (every round on PoCL).
+#[cfg(feature = "opencl")]
+#[test]
+fn opencl_batch_reads_see_the_appends() -> Result<()> {
+    let Some(b) = gpubuf_testkit::opencl() else { return Ok(()) };
+    let n = 4 << 20;
+    let src = NDBuffer::<_, f32>::create(&b, &[n], Order::C, Some(1.0))?;
+    let s = b.new_stream()?;
+    for round in 0..3 {
+        let mut z = Bufferizer::<_, f32>::builder(&b, &[n], 2).stream(&s).build()?;
+        z.append_one(&src)?;
+        z.append_one(&src)?;
+        let batch = z.take_batch()?;
+        assert!(
+            batch.to_vec()?.iter().all(|&x| x == 1.0),
+            "round {round}: the batch was read before its appends"
+        );
+        b.synchronize(&s)?;
     }
     Ok(())
 }
