@@ -22,7 +22,14 @@ fn positive<T: Element>(mem: &CpuMemory, layout: &Layout) -> Result<Option<Posit
     layout.check_fits(mem.len() / size)?;
     let Some(span) = layout.span()? else { return Ok(None) };
     // The lowest element is where the view starts once every negative axis is inverted.
-    let strides = layout.strides().iter().map(|s| s.unsigned_abs()).collect();
+    // Axes of length 1 never move: stride 0 there, so no stride past isize::MAX reaches
+    // ndarray (which reads strides as isize).
+    let strides = layout
+        .shape()
+        .iter()
+        .zip(layout.strides())
+        .map(|(&n, s)| if n > 1 { s.unsigned_abs() } else { 0 })
+        .collect();
     let flips = (0..layout.ndim()).filter(|&ax| layout.strides()[ax] < 0).collect();
     Ok(Some((span.start, layout.shape().to_vec(), strides, flips)))
 }

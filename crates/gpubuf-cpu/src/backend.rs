@@ -84,7 +84,7 @@ impl Allocator for CpuBackend {
     }
 
     fn memory_info(&self) -> Option<MemoryInfo> {
-        let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+        let text = read_proc("/proc/meminfo")?;
         let field = |name: &str| -> Option<u64> {
             let line = text.lines().find(|l| l.starts_with(name))?;
             line.split_whitespace().nth(1)?.parse::<u64>().ok()?.checked_mul(1024)
@@ -93,9 +93,27 @@ impl Allocator for CpuBackend {
     }
 }
 
+/// A `/proc` file's text, when it can be read. Never under Miri: its isolation refuses to
+/// open files (and aborts the program rather than failing the call), so the device
+/// description falls back to what needs no file.
+fn read_proc(path: &str) -> Option<String> {
+    if cfg!(miri) {
+        return None;
+    }
+    std::fs::read_to_string(path).ok()
+}
+
+/// Threads the kernels use: rayon's pool, or 1 where they run serially (under Miri).
+fn threads() -> usize {
+    if crate::kernels::PARALLEL {
+        rayon::current_num_threads()
+    } else {
+        1
+    }
+}
+
 fn cpu_name() -> String {
-    std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
+    read_proc("/proc/cpuinfo")
         .and_then(|t| t.lines().find(|l| l.starts_with("model name")).map(|l| l.to_string()))
         .and_then(|l| l.split_once(':').map(|(_, v)| v.trim().to_string()))
         .unwrap_or_else(|| std::env::consts::ARCH.to_string())
@@ -111,9 +129,9 @@ impl Backend for CpuBackend {
             backend: BackendKind::Cpu,
             name: cpu_name(),
             vendor: "host".into(),
-            version: format!("rayon, {} threads", rayon::current_num_threads()),
+            version: format!("rayon, {} threads", threads()),
             total_memory: self.memory_info().map_or(0, |m| m.total),
-            compute_units: rayon::current_num_threads() as u32,
+            compute_units: u32::try_from(threads()).unwrap_or(u32::MAX),
         }
     }
 

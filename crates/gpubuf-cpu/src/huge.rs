@@ -11,9 +11,11 @@
 use std::ptr::NonNull;
 
 /// Allocations from this size up are mapped with huge pages.
+#[cfg_attr(miri, allow(dead_code))] // the mapping is compiled out under Miri
 pub const HUGE_FROM: usize = 2 << 20;
 
 /// The huge page size the mappings are aligned to.
+#[cfg_attr(miri, allow(dead_code))] // the mapping is compiled out under Miri
 const HUGE_PAGE: usize = 2 << 20;
 
 /// Writes one byte per 4 KiB page so every page is resident.

@@ -72,7 +72,9 @@ impl CpuMemory {
     /// Allocates `len` zeroed bytes; with `touch`, writes every page so it is resident.
     pub(crate) fn new(len: usize, touch: bool) -> Result<Self> {
         if len == 0 {
-            let ptr = NonNull::new(ALIGN as *mut u8).ok_or_else(|| Error::invalid("null"))?;
+            // Dangling but aligned and non-null: the empty slices formed from it are valid.
+            let ptr = NonNull::new(std::ptr::without_provenance_mut::<u8>(ALIGN))
+                .ok_or_else(|| Error::invalid("null"))?;
             return Ok(CpuMemory { ptr, len, mapped: 0, lock: Mutex::new(()), release: None });
         }
         if let Some((ptr, mapped)) = crate::huge::map(len) {

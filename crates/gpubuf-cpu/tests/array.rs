@@ -59,3 +59,16 @@ fn empty_views_at_any_offset_form_no_pointer() {
     let c = Layout::contiguous(&[12], Order::C).unwrap();
     assert_eq!(with_array::<i32, _>(&mem, &c, |v| v.sum()).unwrap(), 66);
 }
+
+#[test]
+fn length_one_axes_take_any_stride() {
+    let (_cpu, mem) = setup();
+    for s in [isize::MIN, isize::MAX, 1 << 62, -(1 << 62)] {
+        let l = Layout::new(vec![1, 3, 1], vec![s, 2, s], 1).unwrap();
+        let got = with_array::<i32, _>(&mem, &l, |v| v.iter().copied().collect::<Vec<_>>()).unwrap();
+        assert_eq!(got, vec![1, 3, 5], "stride {s}");
+        with_array_mut::<i32, _>(&mem, &l, |mut v| v[[0, 1, 0]] = -3).unwrap();
+        assert_eq!(with_array::<i32, _>(&mem, &l, |v| v[[0, 1, 0]]).unwrap(), -3);
+        with_array_mut::<i32, _>(&mem, &l, |mut v| v[[0, 1, 0]] = 3).unwrap();
+    }
+}
