@@ -199,7 +199,8 @@ fn transfers_never_panic<B: Kernels>(b: &B) -> Result<()> {
             Ok(())
         })
         .map_err(prop_err)?;
-    assert!(accepted.get() >= 16, "the model's valid side is exercised: {}", accepted.get());
+    let least = if cfg!(miri) { 1 } else { 16 };
+    assert!(accepted.get() >= least, "the model's valid side is exercised: {}", accepted.get());
     Ok(())
 }
 

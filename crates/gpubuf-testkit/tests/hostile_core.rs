@@ -413,7 +413,7 @@ fn cpu_arrays_never_panic() {
     let cpu = gpubuf_testkit::cpu();
     let init: Vec<f32> = (0..16).map(|v| v as f32).collect();
     let mem = upload(&cpu, bytemuck::cast_slice(&init)).unwrap();
-    runner(256)
+    runner(2048)
         .run(&layout_parts(), |(shape, strides, off)| {
             let Ok(layout) = Layout::new(shape, strides, off) else { return Ok(()) };
             let fits_mem = layout.check_fits(16).is_ok();
