@@ -73,7 +73,11 @@ pub(crate) struct ClProgram {
 }
 
 /// The prelude defining `CHUNK`, `SRC_PARAMS` and `SRC_PICK` for `slots` source slots.
+/// Arguments outside what a program can be built with are clamped: `slots` to
+/// `1..=MAX_SLOTS`, `chunk` to `1..=MAX_CHUNK`.
 pub fn prelude(slots: usize, chunk: usize) -> String {
+    let slots = slots.clamp(1, MAX_SLOTS);
+    let chunk = chunk.clamp(1, MAX_CHUNK);
     let mut s = format!("#define CHUNK {chunk}\n#define SRC_PARAMS(T)");
     for i in 0..slots {
         let _ = write!(s, " , __global T* s{i}");
@@ -375,6 +379,12 @@ fn device_index(v: usize) -> Result<i64> {
 #[cfg(test)]
 mod tests {
     use super::{chunk_from, DEFAULT_CHUNK, MAX_CHUNK};
+
+    #[test]
+    fn prelude_clamps_its_arguments() {
+        assert_eq!(super::prelude(usize::MAX, 0), super::prelude(super::MAX_SLOTS, 1));
+        assert!(super::prelude(0, usize::MAX).contains(&format!("#define CHUNK {MAX_CHUNK}\n")));
+    }
 
     #[test]
     fn chunk_setting_is_checked() {
