@@ -180,15 +180,40 @@ impl ClEvent {
     }
 }
 
-/// A view's storage as kernel arguments: its allocation and the element offset of its
-/// first stored element (the buffer's byte offset turned into elements plus the layout's
-/// own offset), for a kernel that takes `(__global T* base, ulong offset)`.
+/// A C-contiguous view's storage as kernel arguments: its allocation and the element offset
+/// of its first element (the buffer's byte offset turned into elements plus the layout's
+/// own offset), for a kernel that takes `(__global T* base, ulong offset)` and reads or
+/// writes `base[offset + i]` for `i` below the view's [`NDBuffer::size`].
+///
+/// * The kernel gets the **whole** `cl_mem`: a pool segment or a sliced buffer may hold
+///   other arrays before and after the view, and a kernel that writes past the view
+///   corrupts them. Staying within `offset .. offset + size` is the kernel's
+///   responsibility; nothing checks it.
+/// * Only C-contiguous views are taken: for a flipped, transposed, strided or broadcast
+///   view, `base[offset + i]` would walk out of the view (the kernel gets no strides).
+///   Make a dense copy with [`NDBuffer::copy`] first.
+/// * An empty view (size 0) is always accepted, at any offset, and gives offset `0`: its
+///   kernel must touch no element. The memory of an empty array may be a 1-byte
+///   placeholder allocation, never a buffer of `size * size_of::<T>()` bytes to rely on.
 ///
 /// # Errors
-/// [`Error::InvalidArgument`] when the buffer's offset is not whole elements.
+/// [`Error::InvalidArgument`] for a view that is not C-contiguous, when the buffer's offset
+/// is not whole elements, or when the offset overflows.
 pub fn view_parts<T: Element>(nd: &NDBuffer<OpenClBackend, T>) -> Result<(&ClMemory, u64)> {
-    let size = std::mem::size_of::<T>();
+    let size = std::mem::size_of::<T>().max(1);
     let buffer = nd.buffer();
+    let memory = &**buffer.memory();
+    if nd.size() == 0 {
+        return Ok((memory, 0));
+    }
+    if !nd.is_c_contiguous() {
+        return Err(Error::invalid(format!(
+            "view_parts takes C-contiguous views (the kernel gets no strides), this one has \
+             shape {:?} and strides {:?}: make a dense copy with NDBuffer::copy first",
+            nd.shape(),
+            nd.strides()
+        )));
+    }
     if buffer.offset() % size != 0 {
         return Err(Error::invalid(format!(
             "buffer offset {} is not a multiple of the {size}-byte element",
@@ -197,6 +222,7 @@ pub fn view_parts<T: Element>(nd: &NDBuffer<OpenClBackend, T>) -> Result<(&ClMem
     }
     let offset = (buffer.offset() / size)
         .checked_add(nd.layout().offset())
+        .and_then(|o| u64::try_from(o).ok())
         .ok_or_else(|| Error::invalid("view offset overflows"))?;
-    Ok((&**buffer.memory(), offset as u64))
+    Ok((memory, offset))
 }

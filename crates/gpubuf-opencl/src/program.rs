@@ -4,8 +4,11 @@
 //! opencl3's launch API trusts its caller: a wrong argument count is a driver error at
 //! best, a scalar given for a buffer is garbage or a crash. [`UserKernel::launch`] checks
 //! the count, and, from the kernel's argument info (programs are built with
-//! `-cl-kernel-arg-info`), each argument's address space and scalar type, and the work
-//! sizes against the device and kernel limits; every mismatch is a typed error.
+//! `-cl-kernel-arg-info`), each argument's address space and scalar type, the local
+//! memory asked for, and the work sizes against the device and kernel limits; every
+//! mismatch is a typed error. Parameters a [`KernelArg`] cannot fill safely (images, pipes,
+//! samplers, vectors, structs, typedef'd names) are refused at launch, never passed a
+//! buffer or a scalar: such kernels are launched through [`UserProgram::native`].
 //!
 //! Programs are compiled with `#pragma OPENCL FP_CONTRACT OFF` in front of the source (line
 //! numbers in build logs are the caller's): no fused multiply-add unless the source asks
@@ -42,6 +45,7 @@ use gpubuf_core::{BackendKind, Error, Result};
 use opencl3::event::Event;
 use opencl3::kernel::{
     Kernel, CL_KERNEL_ARG_ADDRESS_CONSTANT, CL_KERNEL_ARG_ADDRESS_GLOBAL, CL_KERNEL_ARG_ADDRESS_LOCAL,
+    CL_KERNEL_ARG_ADDRESS_PRIVATE, CL_KERNEL_ARG_TYPE_PIPE,
 };
 use opencl3::program::Program;
 use parking_lot::Mutex;
@@ -56,6 +60,8 @@ pub type ClArg<'a> = KernelArg<'a, ClMemory>;
 const PREFIX: &str = "#pragma OPENCL FP_CONTRACT OFF\n#line 1\n";
 /// `CL_INVALID_KERNEL_NAME`.
 const INVALID_KERNEL_NAME: i32 = -46;
+/// The scalar type names a [`KernelArg`] fills, as OpenCL C spells them.
+const SCALARS: &str = "int, uint (unsigned int), long, ulong (unsigned long), float, double";
 
 /// The programs of one context, by source and options.
 #[derive(Default)]
@@ -82,8 +88,11 @@ enum Param {
     Memory,
     /// A `__local` pointer.
     Local,
-    /// A private scalar or struct, by its type name.
-    Value(String),
+    /// A private scalar, by its OpenCL C name (one of [`SCALARS`]).
+    Value(&'static str),
+    /// Anything else (image, pipe, sampler, vector, struct, typedef'd name), by its
+    /// declaration: no [`KernelArg`] fills it.
+    Unsupported(String),
 }
 
 /// One kernel of a [`UserProgram`]. Clones share the kernel; launches from several threads
@@ -98,6 +107,10 @@ struct KernelInner {
     name: String,
     /// Per parameter, when the implementation reports argument info.
     params: Option<Vec<Param>>,
+    /// `CL_KERNEL_LOCAL_MEM_SIZE` before any argument was set: the kernel's own `__local`.
+    static_local: u64,
+    /// `CL_DEVICE_LOCAL_MEM_SIZE`.
+    device_local: u64,
     num_args: usize,
     max_group: usize,
     max_dims: usize,
@@ -118,9 +131,10 @@ impl OpenClBackend {
     /// before from the same source and options.
     ///
     /// # Errors
-    /// [`Error::Build`] with the compiler's log when the source does not compile (nothing
-    /// is cached then).
+    /// [`Error::InvalidArgument`] when `options` holds a NUL byte; [`Error::Build`] with the
+    /// compiler's log when the source does not compile (nothing is cached then).
     pub fn user_program(&self, source: &str, options: &str) -> Result<Arc<UserProgram>> {
+        no_nul(options, "build options")?;
         let key = (source.to_string(), options.to_string());
         let mut map = self.inner.user_programs.map.lock();
         if let Some(p) = map.get(&key) {
@@ -155,7 +169,8 @@ impl UserProgram {
     /// program was compiled with (its device limits check the launches).
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] when the program has no kernel of that name;
+    /// [`Error::InvalidArgument`] when the program has no kernel of that name (a name with a
+    /// NUL byte included);
     /// [`Error::DeviceMismatch`] when `backend` has another context; driver errors of the
     /// kernel queries.
     pub fn kernel(&self, backend: &OpenClBackend, name: &str) -> Result<UserKernel> {
@@ -163,6 +178,7 @@ impl UserProgram {
         if ctx != backend.inner.context.get() {
             return Err(Error::DeviceMismatch("the program was built for another OpenCL context".into()));
         }
+        no_nul(name, "a kernel name")?;
         let mut kernels = self.kernels.lock();
         if let Some(k) = kernels.get(name) {
             return Ok(k.clone());
@@ -182,11 +198,17 @@ impl UserProgram {
         let max_dims =
             device.max_work_item_dimensions().map_err(|e| cl(e, "CL_DEVICE_MAX_WORK_ITEM_DIMENSIONS"))?;
         let max_item = device.max_work_item_sizes().map_err(|e| cl(e, "CL_DEVICE_MAX_WORK_ITEM_SIZES"))?;
+        // Queried before any argument is set: the kernel's own `__local` variables only.
+        let static_local =
+            kernel.get_local_mem_size(device.id()).map_err(|e| cl(e, "CL_KERNEL_LOCAL_MEM_SIZE"))?;
+        let device_local = device.local_mem_size().map_err(|e| cl(e, "CL_DEVICE_LOCAL_MEM_SIZE"))?;
         let k = UserKernel {
             inner: Arc::new(KernelInner {
                 kernel: Mutex::new(kernel),
                 name: name.to_string(),
                 params,
+                static_local,
+                device_local,
                 num_args,
                 max_group,
                 max_dims: max_dims as usize,
@@ -198,27 +220,44 @@ impl UserProgram {
     }
 }
 
+/// `InvalidArgument` when `s` holds a NUL byte (opencl3 would panic making a C string).
+fn no_nul(s: &str, what: &str) -> Result<()> {
+    match s.find('\0') {
+        Some(at) => Err(Error::invalid(format!("{what} {s:?} holds a NUL byte at {at}"))),
+        None => Ok(()),
+    }
+}
+
 /// Parameter `i` from the argument info, `None` when the implementation has none.
+///
+/// OpenCL reports images and pipes as `__global` too: only a pointer type (its name ends
+/// with `*`) is memory, and only a private parameter of a known scalar name is a value.
 fn param(kernel: &Kernel, i: u32) -> Option<Param> {
     let space = kernel.get_arg_address_qualifier(i).ok()?;
+    let qualifier = kernel.get_arg_type_qualifier(i).ok()?;
+    let ty = kernel.get_arg_type_name(i).ok()?;
+    let ty = ty.trim_end_matches('\0').trim().to_string();
+    let pointer = ty.ends_with('*');
     Some(match space {
-        CL_KERNEL_ARG_ADDRESS_GLOBAL | CL_KERNEL_ARG_ADDRESS_CONSTANT => Param::Memory,
-        CL_KERNEL_ARG_ADDRESS_LOCAL => Param::Local,
-        _ => {
-            let name = kernel.get_arg_type_name(i).ok()?;
-            Param::Value(name.trim_end_matches('\0').trim().to_string())
-        }
+        _ if qualifier & u64::from(CL_KERNEL_ARG_TYPE_PIPE) != 0 => Param::Unsupported(format!("pipe {ty}")),
+        CL_KERNEL_ARG_ADDRESS_GLOBAL | CL_KERNEL_ARG_ADDRESS_CONSTANT if pointer => Param::Memory,
+        CL_KERNEL_ARG_ADDRESS_LOCAL if pointer => Param::Local,
+        CL_KERNEL_ARG_ADDRESS_PRIVATE if !pointer => scalar(&ty).map_or(Param::Unsupported(ty), Param::Value),
+        _ => Param::Unsupported(ty),
     })
 }
 
-/// The OpenCL spellings of a scalar type name.
-fn same_scalar(declared: &str, c_type: &str) -> bool {
-    let d = match declared {
-        "unsigned int" => "uint",
-        "unsigned long" => "ulong",
-        other => other,
-    };
-    d == c_type
+/// The canonical name of a scalar type a [`KernelArg`] fills.
+fn scalar(declared: &str) -> Option<&'static str> {
+    Some(match declared {
+        "int" => "int",
+        "uint" | "unsigned int" => "uint",
+        "long" => "long",
+        "ulong" | "unsigned long" => "ulong",
+        "float" => "float",
+        "double" => "double",
+        _ => return None,
+    })
 }
 
 impl UserKernel {
@@ -232,27 +271,54 @@ impl UserKernel {
         self.inner.num_args
     }
 
-    /// Checks `args` against the kernel's parameters.
+    /// Checks `args` against the kernel's parameters: the count; per argument, a buffer for
+    /// a `__global`/`__constant` pointer, a non-zero size for a `__local` one, a scalar of
+    /// the declared type (`int`, `uint`, `long`, `ulong`, `float`, `double`; no typedef'd
+    /// names); and the `__local` sizes together with the kernel's own `__local` variables
+    /// within `CL_DEVICE_LOCAL_MEM_SIZE`.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] naming the first mismatch.
+    /// [`Error::InvalidArgument`] naming the first mismatch, or naming a parameter no
+    /// [`KernelArg`] fills (an image, pipe, sampler, vector, struct or typedef'd scalar: such
+    /// kernels are launched through [`UserProgram::native`]); also for every launch of a
+    /// kernel whose implementation reports no argument info (nothing could be checked).
     pub fn check_args(&self, args: &[ClArg<'_>]) -> Result<()> {
-        let name = &self.inner.name;
-        if args.len() != self.inner.num_args {
+        let inner = &*self.inner;
+        let name = &inner.name;
+        if args.len() != inner.num_args {
             return Err(Error::invalid(format!(
                 "kernel {name} takes {} arguments, {} were given",
-                self.inner.num_args,
+                inner.num_args,
                 args.len()
             )));
         }
-        for (i, a) in args.iter().enumerate() {
-            if let KernelArg::Local(0) = a {
-                return Err(Error::invalid(format!("argument {i} of {name}: zero bytes of local memory")));
-            }
-            let Some(p) = self.inner.params.as_ref().map(|ps| &ps[i]) else { continue };
+        let Some(params) = &inner.params else {
+            return Err(Error::invalid(format!(
+                "the OpenCL implementation reports no argument info for kernel {name}: its \
+                 arguments cannot be checked (launch it through UserProgram::native)"
+            )));
+        };
+        let mut local = inner.static_local;
+        for (i, (p, a)) in params.iter().zip(args).enumerate() {
             let ok = match (p, a) {
-                (Param::Memory, KernelArg::Memory(_)) | (Param::Local, KernelArg::Local(_)) => true,
-                (Param::Value(t), a) => a.c_type().is_some_and(|c| same_scalar(t, c)),
+                (Param::Memory, KernelArg::Memory(_)) => true,
+                (Param::Local, KernelArg::Local(0)) => {
+                    return Err(Error::invalid(format!(
+                        "argument {i} of {name}: zero bytes of local memory"
+                    )));
+                }
+                (Param::Local, KernelArg::Local(n)) => {
+                    local = u64::try_from(*n).ok().and_then(|n| local.checked_add(n)).unwrap_or(u64::MAX);
+                    true
+                }
+                (Param::Value(t), a) => a.c_type() == Some(*t),
+                (Param::Unsupported(t), _) => {
+                    return Err(Error::invalid(format!(
+                        "argument {i} of {name} is declared {t}, which user kernels cannot take \
+                         (they take __global, __constant and __local pointers and the scalars \
+                         {SCALARS}; launch it through UserProgram::native)"
+                    )));
+                }
                 _ => false,
             };
             if !ok {
@@ -260,12 +326,21 @@ impl UserKernel {
                     Param::Memory => "a device buffer".to_string(),
                     Param::Local => "local memory".to_string(),
                     Param::Value(t) => format!("a scalar {t}"),
+                    Param::Unsupported(t) => t.clone(),
                 };
                 return Err(Error::invalid(format!(
                     "argument {i} of {name} takes {want}, {} was given",
                     a.describe()
                 )));
             }
+        }
+        if local > inner.device_local {
+            return Err(Error::invalid(format!(
+                "kernel {name} asks for {} bytes of local memory ({} of its own), the device has {}",
+                if local == u64::MAX { "more than u64::MAX".to_string() } else { local.to_string() },
+                inner.static_local,
+                inner.device_local
+            )));
         }
         Ok(())
     }
@@ -275,8 +350,8 @@ impl UserKernel {
     /// even when dropped earlier (OpenCL defers their release).
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for arguments that do not match the kernel (see
-    /// [`UserKernel::check_args`]) or work sizes over the device's limits;
+    /// [`Error::InvalidArgument`] for arguments that do not match the kernel or that it
+    /// cannot take (see [`UserKernel::check_args`]) or work sizes over the device's limits;
     /// [`Error::DeviceMismatch`] for a stream or buffer of another context; driver errors
     /// (`OutOfMemory` when the launch runs out of resources).
     pub fn launch(&self, stream: &ClStream, launch: &Launch, args: &[ClArg<'_>]) -> Result<ClEvent> {
@@ -294,9 +369,10 @@ impl UserKernel {
         for (i, a) in args.iter().enumerate() {
             let at = i as u32;
             let what = || format!("clSetKernelArg({} #{i})", inner.name);
-            // SAFETY: each value is a plain scalar or a live cl_mem handle of the size the
-            // parameter takes (checked above against the argument info when available; the
-            // driver checks sizes otherwise); local memory has a non-zero size.
+            // SAFETY: check_args matched every argument to its parameter's argument info: a
+            // live cl_mem handle for a `__global`/`__constant` pointer (not an image or pipe),
+            // a scalar of the declared type, or a non-zero `__local` size that, with the
+            // kernel's own, fits the device's local memory.
             let set = unsafe {
                 match a {
                     KernelArg::Memory(m) => {

@@ -307,3 +307,144 @@ fn user_kernels_do_not_contract_multiply_add() {
         Ok(())
     });
 }
+
+/// OpenCL reports images (and pipes) as `__global`: a buffer given for one would be read
+/// as an image object by the driver. Parameters no `KernelArg` fills are refused, by name.
+#[test]
+fn parameters_no_kernel_arg_fills_are_refused() {
+    run(|cl| {
+        let src = "__kernel void img(__write_only image2d_t im, int v) {\n\
+                   write_imagef(im, (int2)(0, 0), (float4)(v));\n}\n\
+                   __kernel void img1(__global int* o, __read_only image1d_t im) { o[0] = 1; }\n\
+                   __kernel void smp(__global int* o, sampler_t s) { o[0] = 1; }\n\
+                   __kernel void vec(__global float* o, float4 v) { o[0] = v.x; }\n\
+                   typedef int myint;\n\
+                   __kernel void td(__global int* o, myint v) { o[0] = v; }\n";
+        let a = NDBuffer::<_, i32>::zeros(cl, &[4])?;
+        let m = a.buffer().memory();
+        let one = Launch::new(&[1])?;
+        let refused = |name: &str, args: &[gpubuf::opencl::ClArg<'_>], param: &str| -> Result<()> {
+            let k = cl.user_kernel(src, "", name)?;
+            match k.launch(cl.default_stream(), &one, args) {
+                Err(Error::InvalidArgument(msg)) => assert!(msg.contains(param), "{name}: {msg}"),
+                other => panic!("{name}: expected InvalidArgument, got {other:?}"),
+            }
+            Ok(())
+        };
+        refused(
+            "img",
+            &[KernelArg::Memory(m), KernelArg::I32(1)],
+            "argument 0 of img is declared image2d_t",
+        )?;
+        refused(
+            "img1",
+            &[KernelArg::Memory(m), KernelArg::Memory(m)],
+            "argument 1 of img1 is declared image1d_t",
+        )?;
+        refused("smp", &[KernelArg::Memory(m), KernelArg::U32(0)], "sampler_t")?;
+        refused("vec", &[KernelArg::Memory(m), KernelArg::F32(1.0)], "float4")?;
+        // A typedef'd scalar: the message says which names are understood.
+        refused("td", &[KernelArg::Memory(m), KernelArg::I32(1)], "myint")?;
+        refused("td", &[KernelArg::Memory(m), KernelArg::I32(1)], "int, uint (unsigned int), long")?;
+        // Pipes where the device has them.
+        let pipe = "__kernel void p(__global int* o, __write_only pipe int q) { o[0] = 1; }";
+        if let Ok(k) = cl.user_kernel(pipe, "-cl-std=CL2.0", "p") {
+            let r = k.launch(cl.default_stream(), &one, &[KernelArg::Memory(m), KernelArg::Memory(m)]);
+            assert!(matches!(r, Err(Error::InvalidArgument(_))), "{r:?}");
+        }
+        assert!(a.all_equal(0)?, "nothing ran");
+        Ok(())
+    });
+}
+
+/// `__local` sizes are checked, with the kernel's own `__local` variables, against the
+/// device's local memory: huge sizes never reach the driver.
+#[test]
+fn local_memory_over_the_device_limit_is_refused() {
+    run(|cl| {
+        let limit =
+            usize::try_from(cl.device().local_mem_size().expect("CL_DEVICE_LOCAL_MEM_SIZE")).expect("fits");
+        let src = "__kernel void two(__global int* o, __local int* a, __local int* b) {\n\
+                   a[get_local_id(0)] = 1; b[get_local_id(0)] = 2;\n\
+                   o[get_global_id(0)] = a[get_local_id(0)] + b[get_local_id(0)];\n}\n\
+                   __kernel void own(__global int* o, __local int* a) {\n\
+                   __local int mine[1024];\n    mine[get_local_id(0)] = 3; a[get_local_id(0)] = 1;\n\
+                   o[get_global_id(0)] = mine[get_local_id(0)] + a[get_local_id(0)];\n}\n";
+        let a = NDBuffer::<_, i32>::zeros(cl, &[8])?;
+        let m = a.buffer().memory();
+        let local = Launch::new(&[8])?.with_local(&[4])?;
+        let s = cl.user_kernel(IOTA, "", "scratch")?;
+        for n in [usize::MAX, 1 << 40, 1 << 30, limit + 1] {
+            let r = s.launch(cl.default_stream(), &local, &[KernelArg::Memory(m), KernelArg::Local(n)]);
+            assert!(matches!(r, Err(Error::InvalidArgument(_))), "{n}: {r:?}");
+        }
+        let two = cl.user_kernel(src, "", "two")?;
+        for (x, y) in [(usize::MAX / 2 + 1, usize::MAX / 2 + 1), (limit / 2 + 1, limit / 2), (limit, 16)] {
+            let args = [KernelArg::Memory(&**m), KernelArg::Local(x), KernelArg::Local(y)];
+            let r = two.launch(cl.default_stream(), &local, &args);
+            assert!(matches!(r, Err(Error::InvalidArgument(_))), "{x} + {y}: {r:?}");
+        }
+        let own = cl.user_kernel(src, "", "own")?;
+        // The kernel's own `__local` variables count where the implementation reports them
+        // (PoCL reports 0: it places them apart from the arguments).
+        let own_kernel = Kernel::create(cl.user_program(src, "")?.native(), "own").expect("kernel");
+        if own_kernel.get_local_mem_size(cl.device().id()).expect("CL_KERNEL_LOCAL_MEM_SIZE") > 0 {
+            let r = own.launch(cl.default_stream(), &local, &[KernelArg::Memory(m), KernelArg::Local(limit)]);
+            assert!(matches!(r, Err(Error::InvalidArgument(_))), "{r:?}");
+        }
+        assert!(a.all_equal(0)?, "nothing ran");
+        // Valid sizes run.
+        two.launch(
+            cl.default_stream(),
+            &local,
+            &[KernelArg::Memory(m), KernelArg::Local(16), KernelArg::Local(16)],
+        )?;
+        assert_eq!(a.to_vec()?, vec![3; 8]);
+        own.launch(cl.default_stream(), &local, &[KernelArg::Memory(m), KernelArg::Local(64)])?;
+        assert_eq!(a.to_vec()?, vec![4; 8]);
+        s.launch(cl.default_stream(), &local, &[KernelArg::Memory(m), KernelArg::Local(limit)])?;
+        assert_eq!(a.to_vec()?, vec![1; 8]);
+        Ok(())
+    });
+}
+
+/// Strings with a NUL byte are typed errors, not panics inside opencl3.
+#[test]
+fn nul_bytes_in_options_and_names_are_refused() {
+    run(|cl| {
+        let r = cl.user_program(IOTA, "-D A=1\0");
+        assert!(matches!(r, Err(Error::InvalidArgument(_))), "{r:?}");
+        let r = cl.user_kernel(IOTA, "", "k\0x");
+        assert!(matches!(r, Err(Error::InvalidArgument(_))), "{r:?}");
+        let r = cl.user_program(IOTA, "")?.kernel(cl, "iota\0");
+        assert!(matches!(r, Err(Error::InvalidArgument(_))), "{r:?}");
+        assert!(matches!(cl.user_kernel(IOTA, "", ""), Err(Error::InvalidArgument(_))));
+        Ok(())
+    });
+}
+
+/// `view_parts` takes C-contiguous views only (the kernel gets no strides), and every
+/// empty view, at any offset, as offset 0.
+#[test]
+fn view_parts_takes_dense_views_and_any_empty_one() {
+    run(|cl| {
+        let whole = GBuffer::zeros(cl, 128)?;
+        let empty = NDBuffer::<_, f32>::from_buffer_layout(
+            whole.slice(32..64)?,
+            gpubuf::Layout::new(vec![0], vec![1], usize::MAX - 3)?,
+        )?;
+        assert_eq!(view_parts(&empty)?.1, 0);
+        let grid = NDBuffer::<_, f32>::from_buffer(whole.slice(32..96)?, &[4, 4], Order::C)?;
+        assert_eq!(view_parts(&grid.slice(&[2..2, 0..4])?)?.1, 0);
+        assert_eq!(view_parts(&grid.slice(&[1..3, 0..4])?)?.1, 8 + 4);
+        assert_eq!(view_parts(&grid.slice(&[1..2, 1..3])?)?.1, 8 + 5, "one row is dense");
+        for v in [grid.flip(0)?, grid.flip(1)?, grid.transpose(None)?, grid.slice(&[0..4, 1..3])?] {
+            let r = view_parts(&v);
+            assert!(matches!(r, Err(Error::InvalidArgument(_))), "{:?}: {r:?}", v.strides());
+        }
+        let flat = NDBuffer::<_, f32>::from_buffer(whole.slice(0..16)?, &[4], Order::C)?;
+        assert!(matches!(view_parts(&flat.flip(0)?), Err(Error::InvalidArgument(_))));
+        assert_eq!(view_parts(&flat.flip(0)?.slice(&[1..2])?)?.1, 2, "one element is dense");
+        Ok(())
+    });
+}
