@@ -12,13 +12,9 @@ type Positive = (usize, Vec<usize>, Vec<usize>, Vec<usize>);
 /// Checks `layout` against the allocation; returns `None` for an empty view (it addresses
 /// nothing, whatever its offset and strides), else the view with non-negative strides.
 fn positive<T: Element>(mem: &CpuMemory, layout: &Layout) -> Result<Option<Positive>> {
-    let size = std::mem::size_of::<T>();
-    if mem.len() % size != 0 {
-        return Err(Error::invalid(format!(
-            "allocation of {} bytes is not whole {size}-byte elements",
-            mem.len()
-        )));
-    }
+    // Whole elements only: a trailing partial element (a byte buffer viewed as wider
+    // elements) is never addressed, since the view must fit in `len / size` elements.
+    let size = std::mem::size_of::<T>().max(1);
     layout.check_fits(mem.len() / size)?;
     let Some(span) = layout.span()? else { return Ok(None) };
     // The lowest element is where the view starts once every negative axis is inverted.
@@ -38,8 +34,8 @@ fn positive<T: Element>(mem: &CpuMemory, layout: &Layout) -> Result<Option<Posit
 ///
 /// # Errors
 /// [`Error::OutOfBounds`] when the layout reaches outside the allocation;
-/// [`Error::InvalidArgument`] when the allocation is not whole elements, or when called
-/// from inside a closure that already holds `mem` (see [`CpuMemory::with_bytes`]).
+/// [`Error::InvalidArgument`] when called from inside a closure that already holds `mem`
+/// (see [`CpuMemory::with_bytes`]).
 pub fn with_array<T: Element, R>(
     mem: &CpuMemory,
     layout: &Layout,
@@ -55,9 +51,10 @@ pub fn with_array<T: Element, R>(
         let base = bytes.as_ptr() as *const T;
         // SAFETY: `check_fits` proved every element of the view inside the allocation, and
         // `start` is the view's lowest element, so `base.add(start)` stays inside it and
-        // every index reached from it with the absolute strides too; the allocation is
-        // aligned to 64 bytes so `T` reads are aligned; the lock is held for the view's
-        // lifetime (it does not escape `f`).
+        // every index reached from it with the absolute strides too; every CPU allocation
+        // is aligned to at least 8 bytes (64 for the backend's own, `ADOPT_ALIGN` for
+        // adopted memory) and no `Element` is wider than 8 bytes, so `T` reads are aligned;
+        // the lock is held for the view's lifetime (it does not escape `f`).
         let mut view =
             unsafe { ArrayViewD::from_shape_ptr(IxDyn(&shape).strides(IxDyn(&strides)), base.add(start)) };
         for ax in flips {

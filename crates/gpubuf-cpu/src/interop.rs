@@ -37,8 +37,12 @@ pub const ADOPT_ALIGN: usize = 8;
 /// The view's layout measured from the start of its allocation: the buffer's byte offset
 /// turned into elements and added to the layout's own offset.
 fn absolute<T: Element>(nd: &NDBuffer<CpuBackend, T>) -> Result<Layout> {
-    let size = size_of::<T>();
+    let size = size_of::<T>().max(1);
     let buffer = nd.buffer();
+    if nd.layout().size() == 0 {
+        // An empty view addresses nothing, whatever its offset and strides.
+        return Layout::new(nd.shape().to_vec(), vec![0; nd.ndim()], 0);
+    }
     if buffer.offset() % size != 0 {
         return Err(Error::invalid(format!(
             "buffer offset {} is not a multiple of the {size}-byte element",
@@ -179,7 +183,10 @@ pub fn adopt_array<T: Element, D: Dimension>(
 
 /// The CPU's user kernel: runs `f(first, chunk)` over rayon for consecutive chunks of
 /// `chunk` indices along `axis` of `out` (the last one may be shorter), `first` being the
-/// chunk's first index along `axis`. Use it inside [`view_mut`].
+/// chunk's first index along `axis`. Use it inside [`view_mut`]. The rayon workers get
+/// the calling thread's locks lent: from inside `f`, a backend call on an allocation the
+/// caller holds (the arrays being viewed) is the same re-entrancy error as on the calling
+/// thread, never a wait on a lock that cannot be released.
 ///
 /// ```
 /// use gpubuf_buffer::NDBuffer;
@@ -217,7 +224,11 @@ pub fn par_chunks_mut<T: Element>(
     let parts: Vec<_> = out.axis_chunks_iter_mut(Axis(axis), chunk).enumerate().collect();
     // Sequential under Miri, as the copy kernels (`kernels::PARALLEL`).
     if crate::kernels::PARALLEL {
-        parts.into_par_iter().for_each(|(k, part)| f(k * chunk, part));
+        // The workers run on behalf of this thread, which holds the view's lock while it
+        // waits for them: they get its locks lent, so a closure that calls back into the
+        // same allocation gets the re-entrancy error instead of waiting for ever.
+        let held = crate::memory::held_now();
+        parts.into_par_iter().for_each(|(k, part)| crate::memory::lending(&held, || f(k * chunk, part)));
     } else {
         parts.into_iter().for_each(|(k, part)| f(k * chunk, part));
     }

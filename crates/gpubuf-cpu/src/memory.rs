@@ -28,6 +28,36 @@ thread_local! {
     static HELD: RefCell<Vec<usize>> = const { RefCell::new(Vec::new()) };
 }
 
+/// The allocations whose locks the calling thread holds, to lend to threads that work for
+/// it while it waits (see [`lending`]).
+pub(crate) fn held_now() -> Vec<usize> {
+    HELD.try_with(|h| h.borrow().clone()).unwrap_or_default()
+}
+
+/// Runs `f` with `ids` counted as held by this thread too. A worker thread running a
+/// closure for a thread that holds locks and waits for the worker must not wait on those
+/// locks (the holder cannot release them until the worker is done): with the ids lent, a
+/// call back into the same allocation is the re-entrancy error instead of a deadlock, and
+/// a busy allocation ordered before them is tried, not waited for.
+pub(crate) fn lending<R>(ids: &[usize], f: impl FnOnce() -> R) -> R {
+    struct Return<'a>(&'a [usize]);
+    impl Drop for Return<'_> {
+        fn drop(&mut self) {
+            let _ = HELD.try_with(|h| {
+                let mut h = h.borrow_mut();
+                for id in self.0 {
+                    if let Some(at) = h.iter().rposition(|x| x == id) {
+                        h.swap_remove(at);
+                    }
+                }
+            });
+        }
+    }
+    let _ = HELD.try_with(|h| h.borrow_mut().extend_from_slice(ids));
+    let _back = Return(ids);
+    f()
+}
+
 /// Alignment of every CPU allocation, in bytes.
 pub const ALIGN: usize = 64;
 

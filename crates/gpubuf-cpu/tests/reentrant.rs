@@ -110,3 +110,47 @@ fn a_lock_ordered_before_and_busy_is_an_error_not_a_deadlock() {
         assert!(r.is_ok(), "{r:?}");
     });
 }
+
+#[test]
+fn calls_from_rayon_workers_inside_par_chunks_mut_are_errors() {
+    use gpubuf_buffer::NDBuffer;
+    use gpubuf_cpu::interop;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let refused = within_time(|| {
+        let cpu = CpuBackend::new();
+        let out = NDBuffer::<_, f32>::zeros(&cpu, &[64, 4]).unwrap();
+        let out2 = out.clone();
+        let refused = AtomicUsize::new(0);
+        interop::view_mut(&out, |o| {
+            interop::par_chunks_mut(o, 0, 1, |_, mut row| {
+                if matches!(out2.get(&[0, 0]), Err(Error::InvalidArgument(_))) {
+                    refused.fetch_add(1, Ordering::Relaxed);
+                }
+                row.fill(1.0);
+            })
+        })
+        .unwrap()
+        .unwrap();
+        // Still usable, and every chunk ran.
+        assert!(out.all_equal(1.0).unwrap());
+        refused.into_inner()
+    });
+    assert_eq!(refused, 64, "every worker's call back into the viewed array is refused");
+}
+
+#[test]
+fn views_of_partial_element_allocations_and_far_empty_views() {
+    use gpubuf_buffer::{Buffer, NDBuffer};
+    use gpubuf_cpu::interop;
+    let cpu = CpuBackend::new();
+    // Nine bytes viewed as two i32: the trailing byte is never addressed.
+    let buf = Buffer::zeros(&cpu, 9).unwrap();
+    let nd = NDBuffer::<_, i32>::from_buffer(buf.slice(0..8).unwrap(), &[2], Order::C).unwrap();
+    assert_eq!(interop::view(&nd, |v| v.len()).unwrap(), 2);
+    // An empty view at a huge offset inside a buffer that does not start at byte 0.
+    let whole = Buffer::zeros(&cpu, 64).unwrap();
+    let far = Layout::new(vec![0], vec![1], usize::MAX).unwrap();
+    let nd = NDBuffer::<_, f32>::from_buffer_layout(whole.slice(60..64).unwrap(), far).unwrap();
+    assert_eq!(interop::view(&nd, |v| v.len()).unwrap(), 0);
+    assert_eq!(interop::view_mut(&nd, |v| v.len()).unwrap(), 0);
+}
