@@ -206,8 +206,12 @@ pub trait Backend: Allocator + Clone + fmt::Debug {
     /// The stream used when none is given.
     fn default_stream(&self) -> &Self::Stream;
 
-    /// A number identifying `stream` among the live streams of this device (pools use it
-    /// to hand a freed block back out on the stream that freed it without waiting).
+    /// A number identifying `stream` (pools use it to hand a freed block back out on the
+    /// stream that freed it without waiting). Two streams of one backend handle never
+    /// share a number, and a number is never given to a new stream after its stream is
+    /// destroyed, so work still queued on a dead stream is never mistaken for a new
+    /// stream's own (the OpenCL and CUDA backends draw them from a process-wide counter,
+    /// not from driver handles, which are reused).
     fn stream_id(&self, stream: &Self::Stream) -> u64;
 
     /// Creates a new stream.
