@@ -74,7 +74,7 @@ pub fn run(tally: &mut Tally) {
     let failed_before = tally.failed;
     for (packages, filters) in RUNS {
         let mut cmd = Command::new("cargo");
-        cmd.args(["+nightly", "miri", "test"]).args(*packages).arg("--").args(*filters);
+        cmd.args(["+nightly", "miri", "test", "--no-fail-fast"]).args(*packages).arg("--").args(*filters);
         // Miri's own isolation stays on; proptest case counts shrink under cfg(miri).
         let (lines, ok) = run_tee(&mut cmd);
         let c = count(&lines);

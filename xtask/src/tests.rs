@@ -94,7 +94,7 @@ pub fn test_all() -> bool {
         }
     };
     let mut cmd = Command::new("cargo");
-    cmd.args(["test", "--workspace", "--features", FEATURES, "--"]);
+    cmd.args(["test", "--workspace", "--no-fail-fast", "--features", FEATURES, "--"]);
     for s in &skip {
         cmd.args(["--skip", s]);
     }
@@ -108,6 +108,7 @@ pub fn test_all() -> bool {
     cmd.args([
         "test",
         "--release",
+        "--no-fail-fast",
         "-p",
         "gpubuf-testkit",
         "--features",
