@@ -11,7 +11,8 @@ pub const APT_PACKAGES: &[&str] =
 /// The PyPI package that ships libnvrtc.so.12 (compiles the CUDA kernels without a GPU).
 pub const NVRTC_PIP: &str = "nvidia-cuda-nvrtc-cu12";
 
-fn is_root() -> bool {
+/// Whether this process runs as root (apt installs directly, mpirun needs a flag).
+pub fn is_root() -> bool {
     Command::new("id")
         .arg("-u")
         .output()

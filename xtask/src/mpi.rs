@@ -6,17 +6,9 @@ use crate::sh::run_tee;
 use crate::summary::Tally;
 use std::process::Command;
 
-fn is_root() -> bool {
-    Command::new("id")
-        .arg("-u")
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
-        .unwrap_or(false)
-}
-
 fn mpirun(n: &str) -> Command {
     let mut cmd = Command::new("mpirun");
-    if is_root() {
+    if crate::deps::is_root() {
         cmd.arg("--allow-run-as-root");
     }
     cmd.args(["--oversubscribe", "-n", n]);
