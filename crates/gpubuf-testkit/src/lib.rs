@@ -21,6 +21,7 @@
 
 pub mod exec;
 pub mod gated;
+pub mod hostile;
 pub mod reference;
 pub mod strategies;
 

@@ -5,9 +5,9 @@ use gpubuf::{CopyPlan, Segment};
 use gpubuf::{DeviceMemory, Error, Kernels, MemRef, Result};
 use gpubuf_testkit::backend_tests;
 use gpubuf_testkit::exec::{download, upload};
+use gpubuf_testkit::hostile::{failed, fits, length, offset, prop_err, runner};
 use gpubuf_testkit::strategies::bytes;
 use proptest::prelude::*;
-use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use std::cell::Cell;
 
 fn transfers_at_offsets<B: Kernels>(b: &B) -> Result<()> {
@@ -95,42 +95,6 @@ fn allocation_edges<B: Kernels>(b: &B) -> Result<()> {
     assert_eq!(info.backend, B::KIND);
     assert!(b.same_device(&b.clone()));
     Ok(())
-}
-
-fn runner(cases: u32) -> TestRunner {
-    // Miri runs the CPU bodies of this file: a few cases there, the full count natively.
-    let cases = if cfg!(miri) { cases.min(8) } else { cases };
-    TestRunner::new(Config { cases, failure_persistence: None, ..Config::default() })
-}
-
-/// Mostly small numbers, sometimes one at the edge of `usize`.
-fn big_usize() -> impl Strategy<Value = usize> {
-    let edges =
-        vec![usize::MAX, usize::MAX - 1, isize::MAX as usize, 1 << 63, 1 << 62, (1 << 62) + 16, 1 << 50];
-    prop_oneof![3 => 0usize..70, 1 => prop::sample::select(edges)]
-}
-
-/// Offsets: aligned small ones, or an extreme one.
-fn offset() -> impl Strategy<Value = usize> {
-    prop_oneof![3 => (0usize..9).prop_map(|k| 8 * k), 1 => big_usize()]
-}
-
-/// Lengths: small ones, or an extreme one.
-fn length() -> impl Strategy<Value = usize> {
-    prop_oneof![3 => 0usize..40, 1 => big_usize()]
-}
-
-/// Whether `offset..offset + len` lies in `0..cap`, in arithmetic that cannot wrap.
-fn fits(offset: usize, len: usize, cap: usize) -> bool {
-    offset as u128 + len as u128 <= cap as u128
-}
-
-fn failed(e: Error) -> TestCaseError {
-    TestCaseError::fail(e.to_string())
-}
-
-fn prop_err<T: std::fmt::Debug>(e: proptest::test_runner::TestError<T>) -> Error {
-    Error::invalid(format!("property failed: {e}"))
 }
 
 /// Transfers, copies and fills with extreme offsets, lengths and patterns: an error

@@ -13,23 +13,13 @@ use gpubuf::{
     MAX_DIMS,
 };
 use gpubuf_testkit::exec::{download, upload};
+use gpubuf_testkit::hostile::{big_usize, failed, fits, length, offset, prop_err, runner};
 use gpubuf_testkit::strategies::bytes;
 use gpubuf_testkit::{backend_tests, reference};
 use proptest::prelude::*;
-use proptest::test_runner::{Config, TestCaseError, TestRunner};
+use proptest::test_runner::TestCaseError;
 use std::cell::Cell;
 use std::collections::HashSet;
-
-fn runner(cases: u32) -> TestRunner {
-    TestRunner::new(Config { cases, failure_persistence: None, ..Config::default() })
-}
-
-/// Mostly small numbers, sometimes one at the edge of `usize`.
-fn big_usize() -> impl Strategy<Value = usize> {
-    let edges =
-        vec![usize::MAX, usize::MAX - 1, isize::MAX as usize, 1 << 63, 1 << 62, (1 << 62) + 16, 1 << 50];
-    prop_oneof![3 => 0usize..70, 1 => prop::sample::select(edges)]
-}
 
 /// Mostly small strides, sometimes one at the edge of `isize`.
 fn big_isize() -> impl Strategy<Value = isize> {
@@ -200,29 +190,6 @@ fn plans_never_panic_or_wrap() {
             Ok(())
         })
         .unwrap();
-}
-
-/// Offsets: aligned small ones, or an extreme one.
-fn offset() -> impl Strategy<Value = usize> {
-    prop_oneof![3 => (0usize..9).prop_map(|k| 8 * k), 1 => big_usize()]
-}
-
-/// Lengths: small ones, or an extreme one.
-fn length() -> impl Strategy<Value = usize> {
-    prop_oneof![3 => 0usize..40, 1 => big_usize()]
-}
-
-/// Whether `offset..offset + len` lies in `0..cap`, in arithmetic that cannot wrap.
-fn fits(offset: usize, len: usize, cap: usize) -> bool {
-    offset as u128 + len as u128 <= cap as u128
-}
-
-fn failed(e: Error) -> TestCaseError {
-    TestCaseError::fail(e.to_string())
-}
-
-fn prop_err<T: std::fmt::Debug>(e: proptest::test_runner::TestError<T>) -> Error {
-    Error::invalid(format!("property failed: {e}"))
 }
 
 /// Gathers and scatters whose declared lengths, offsets and ranges are extreme: accepted
