@@ -150,6 +150,7 @@ impl<B: Kernels, T: Element> Bufferizer<B, T> {
         self.check_room(1)?;
         let shape = self.element_shape.clone();
         self.check_input(&input, &shape, self.len, 1, self.dst(self.len, 1)?)?;
+        self.after_default_stream(std::slice::from_ref(&input))?;
         self.copy_in(&input, self.len, 1)?;
         self.len += 1;
         self.after_append(1, false);
@@ -177,6 +178,7 @@ impl<B: Kernels, T: Element> Bufferizer<B, T> {
         let mut shape = vec![n];
         shape.extend_from_slice(&self.element_shape);
         self.check_input(&input, &shape, self.len, n, self.dst(self.len, n)?)?;
+        self.after_default_stream(std::slice::from_ref(&input))?;
         self.copy_in(&input, self.len, n)?;
         self.len += n;
         self.after_append(n, true);
@@ -203,6 +205,7 @@ impl<B: Kernels, T: Element> Bufferizer<B, T> {
         for (k, e) in elements.iter().enumerate() {
             self.check_input(e, &shape, self.len + k, 1, whole)?;
         }
+        self.after_default_stream(elements)?;
         for (k, e) in elements.iter().enumerate() {
             self.copy_in(e, self.len + k, 1)?;
         }
@@ -227,6 +230,16 @@ impl<B: Kernels, T: Element> Bufferizer<B, T> {
         } else {
             Err(Error::ShapeMismatch { expected: self.element_shape.clone(), got: input.shape().to_vec() })
         }
+    }
+
+    /// Device inputs are written by `NDBuffer` operations, which run on the default stream:
+    /// once per append holding any, the bufferizer's stream is made to wait for the work
+    /// queued there so far (nothing when the two are one stream).
+    fn after_default_stream(&self, inputs: &[Input<'_, B, T>]) -> Result<()> {
+        if inputs.iter().any(|i| matches!(i, Input::Device(a) if a.size() > 0)) {
+            self.order(&self.stream, self.backend.default_stream())?;
+        }
+        Ok(())
     }
 
     /// Copies `count` elements of a checked input to element position `at`.

@@ -250,7 +250,7 @@ impl<B: Kernels, T: Element> Bufferizer<B, T> {
 
     /// Makes `waiter` wait for the work queued so far on `on` (nothing when they are one
     /// stream).
-    fn order(&self, waiter: &B::Stream, on: &B::Stream) -> Result<()> {
+    pub(crate) fn order(&self, waiter: &B::Stream, on: &B::Stream) -> Result<()> {
         if self.backend.stream_id(waiter) == self.backend.stream_id(on) {
             return Ok(());
         }

@@ -36,6 +36,31 @@ fn packed_plan(ranges: &[Range<usize>], array_len: usize, total: usize) -> Resul
 }
 
 impl<B: Kernels, T: Element> Mirror<B, T> {
+    /// Makes the mirror's stream wait for the work queued on the default stream so far
+    /// (nothing when they are one stream): the device array's `NDBuffer` operations and the
+    /// user's launches on it run there, as do the staging buffers' initial writes.
+    fn after_default_stream(&self) -> Result<()> {
+        let b = self.device.backend();
+        let d = b.default_stream();
+        if b.stream_id(d) == b.stream_id(&self.stream) {
+            return Ok(());
+        }
+        let queued = b.record_event(d)?;
+        b.stream_wait(&self.stream, &queued)
+    }
+
+    /// Makes the default stream wait for the work queued so far on the mirror's stream
+    /// (nothing when they are one stream).
+    fn before_default_stream(&self) -> Result<()> {
+        let b = self.device.backend();
+        let d = b.default_stream();
+        if b.stream_id(d) == b.stream_id(&self.stream) {
+            return Ok(());
+        }
+        let queued = b.record_event(&self.stream)?;
+        b.stream_wait(d, &queued)
+    }
+
     /// Uploads the host bytes of `ranges` (disjoint, inside the array).
     fn upload(&self, ranges: &[Range<usize>]) -> Result<usize> {
         let b = self.device.backend().clone();
@@ -43,8 +68,16 @@ impl<B: Kernels, T: Element> Mirror<B, T> {
         let base = self.device.buffer().offset();
         let host = as_bytes(&self.host);
         if ranges.len() <= PLAN_ABOVE {
+            if !ranges.is_empty() {
+                self.after_default_stream()?;
+            }
             for r in ranges {
                 b.write(&self.stream, &mem, base + r.start, &host[r.clone()])?;
+            }
+            if !ranges.is_empty() {
+                // A blocking write may still be queued on the device: later work on the
+                // default stream reads what it wrote.
+                self.before_default_stream()?;
             }
             return Ok(ranges.len());
         }
@@ -56,6 +89,7 @@ impl<B: Kernels, T: Element> Mirror<B, T> {
         let staging = Buffer::from_bytes(&b, &staged)?;
         let plan = b.prepare(&packed_plan(ranges, self.device.buffer().len(), total)?, DType::U8)?;
         let target = MemRef { memory: &*mem, offset: base, len: self.device.buffer().len() };
+        self.after_default_stream()?;
         b.scatter(&self.stream, &plan, staging.memref(), &[target])?;
         b.synchronize(&self.stream)?;
         Ok(2)
@@ -128,26 +162,33 @@ impl<B: Kernels, T: Element> Mirror<B, T> {
         let mem = self.device.buffer().memory().clone();
         let base = self.device.buffer().offset();
         let array_len = self.device.buffer().len();
+        // Made before the ordering: its initial write runs on the default stream.
+        let staging = if ranges.len() > PLAN_ABOVE { Some(Buffer::empty(&b, total)?) } else { None };
+        if !ranges.is_empty() {
+            self.after_default_stream()?;
+        }
         let bytes: &mut [u8] =
             bytemuck::cast_slice_mut(self.host.as_slice_memory_order_mut().unwrap_or(&mut []));
-        let commands = if ranges.len() <= PLAN_ABOVE {
-            for r in &ranges {
-                b.read(&self.stream, &mem, base + r.start, &mut bytes[r.clone()])?;
+        let commands = match staging {
+            None => {
+                for r in &ranges {
+                    b.read(&self.stream, &mem, base + r.start, &mut bytes[r.clone()])?;
+                }
+                ranges.len()
             }
-            ranges.len()
-        } else {
-            let plan = b.prepare(&packed_plan(&ranges, array_len, total)?, DType::U8)?;
-            let staging = Buffer::empty(&b, total)?;
-            let source = MemRef { memory: &*mem, offset: base, len: array_len };
-            b.gather(&self.stream, &plan, &[source], staging.memref())?;
-            let mut staged = vec![0u8; total];
-            b.read(&self.stream, staging.memory(), staging.offset(), &mut staged)?;
-            let mut at = 0;
-            for r in &ranges {
-                bytes[r.clone()].copy_from_slice(&staged[at..at + r.len()]);
-                at += r.len();
+            Some(staging) => {
+                let plan = b.prepare(&packed_plan(&ranges, array_len, total)?, DType::U8)?;
+                let source = MemRef { memory: &*mem, offset: base, len: array_len };
+                b.gather(&self.stream, &plan, &[source], staging.memref())?;
+                let mut staged = vec![0u8; total];
+                b.read(&self.stream, staging.memory(), staging.offset(), &mut staged)?;
+                let mut at = 0;
+                for r in &ranges {
+                    bytes[r.clone()].copy_from_slice(&staged[at..at + r.len()]);
+                    at += r.len();
+                }
+                2
             }
-            2
         };
         for r in &ranges {
             self.pending.remove(r.clone());

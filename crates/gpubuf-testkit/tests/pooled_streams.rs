@@ -8,6 +8,7 @@
 
 use gpubuf::bufferizer::Bufferizer;
 use gpubuf::halo::{Boundary, Dim, HaloDataTransformer, HaloExchangeSpec, QuantityHaloSpec};
+use gpubuf::mirror::{DirtyPolicy, Mirror};
 use gpubuf::pool::{ImmediateAllocator, MemoryPool};
 use gpubuf::{
     Allocator, Backend, Buffer, DType, DeviceMemory, Kernels, NDBuffer, Order, PooledBuffer, Result,
@@ -120,6 +121,78 @@ fn bufferizer_views_are_ordered_with_the_default_stream<B: Kernels>(b: &B) -> Re
     Ok(())
 }
 
+/// A device array appended on the bufferizer's stream is read after the work queued on the
+/// default stream, where `NDBuffer` operations (its fill here) run.
+fn device_appends_wait_for_the_default_stream<B: Kernels>(b: &B) -> Result<()> {
+    let g = Gated::new(b.clone());
+    let s = g.new_stream()?;
+    let src = NDBuffer::<_, f32>::create(&g, &[64], Order::C, Some(5.0))?; // fill queued on the default stream
+    let mut z = Bufferizer::<_, f32>::builder(&g, &[64], 4).stream(&s).build()?;
+    z.append_one(&src)?;
+    let copied = g.record_event(&s)?;
+    g.complete(&s)?;
+    assert!(!g.event_complete(&copied)?, "the append waits for the fill");
+    g.complete(g.default_stream())?;
+    g.complete(&s)?;
+    assert!(g.event_complete(&copied)?);
+    // A host input needs no ordering: no event is recorded for it.
+    let before = g.pending();
+    z.append_one(Array1::from_elem(64, 1.0f32).view())?;
+    assert_eq!(g.pending(), before, "host appends record nothing");
+    z.append_list(&[(&src).into(), (&src).into()])?; // one wait for the whole list
+    g.complete_all()?;
+    let batch = z.take_batch()?;
+    g.complete_all()?;
+    let mut want = vec![5.0f32; 64];
+    want.extend(vec![1.0f32; 64]);
+    want.extend(vec![5.0f32; 128]);
+    assert_eq!(batch.to_vec()?, want[..]);
+    Ok(())
+}
+
+/// A mirror on a stream of its own: downloads (and uploads, which overwrite what the
+/// device work reads) wait for the work queued on the default stream, where the device
+/// array's `NDBuffer` operations run; work queued on the default stream after an upload
+/// waits for it. Both directions, with one range and with more than the plan threshold.
+fn mirror_transfers_are_ordered_with_the_default_stream<B: Kernels>(b: &B) -> Result<()> {
+    for ranges in [1usize, 20] {
+        let g = Gated::new(b.clone());
+        let s = g.new_stream()?;
+        let d = g.default_stream().clone();
+        let host = Array1::<f32>::zeros(64).into_dyn();
+        let mut m = Mirror::new(&g, host.view(), DirtyPolicy::exact(), Some(&s))?;
+        g.complete_all()?;
+        m.device().fill(7.0)?; // device work on the default stream
+        for k in 0..ranges {
+            m.mark_device_dirty(&m.view(&[3 * k..3 * k + 1])?)?;
+        }
+        m.download()?;
+        let read = g.record_event(&s)?;
+        g.complete(&s)?;
+        assert!(!g.event_complete(&read)?, "{ranges} range(s): the download waits for the device work");
+        g.complete(&d)?;
+        g.complete(&s)?;
+        assert!(g.event_complete(&read)?);
+        assert_eq!(m.host()[[0]], 7.0, "the device's value came back");
+        for k in 0..ranges {
+            m.set(&[3 * k + 1], 2.0)?;
+        }
+        m.sync()?;
+        let after = g.record_event(&d)?;
+        g.complete(&d)?;
+        // One write per range returns with the writes possibly still queued; the staged
+        // upload past 16 ranges has finished on return (its staging buffer is freed).
+        assert_eq!(
+            g.event_complete(&after)?,
+            ranges > 16,
+            "{ranges} range(s): the default stream waits for a queued upload"
+        );
+        g.complete_all()?;
+        assert_eq!(m.device().to_vec()?[1], 2.0);
+    }
+    Ok(())
+}
+
 fn halo_specs(extent: usize, n_halo: usize) -> Result<(QuantityHaloSpec, Vec<HaloExchangeSpec>)> {
     let spec = QuantityHaloSpec::centered(&[Dim::X, Dim::Y], &[extent, extent], n_halo, 0, DType::F32)?;
     let specs = Boundary::ALL
@@ -163,6 +236,8 @@ backend_tests!(
     bufferizer_blocks_wait_for_their_stream,
     bufferizer_batch_waits_for_the_default_stream,
     bufferizer_views_are_ordered_with_the_default_stream,
+    device_appends_wait_for_the_default_stream,
+    mirror_transfers_are_ordered_with_the_default_stream,
     halo_blocks_wait_for_the_stream
 );
 
