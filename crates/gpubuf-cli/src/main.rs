@@ -6,6 +6,9 @@ mod demo;
 mod demo_mpi;
 mod info;
 mod plot;
+#[cfg(feature = "cuda")]
+#[allow(dead_code)]
+mod stencil_cuda;
 
 use clap::{Parser, Subcommand};
 use gpubuf::BackendKind;
