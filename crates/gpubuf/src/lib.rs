@@ -20,8 +20,12 @@
 //! # Ok::<(), gpubuf::Error>(())
 //! ```
 
+#[cfg(feature = "cpu")]
+pub mod device;
 mod select;
 
+#[cfg(feature = "cpu")]
+pub use device::Device;
 pub use gpubuf_buffer::{Buffer, NDBuffer};
 /// The bufferizer crate.
 pub use gpubuf_bufferizer as bufferizer;

@@ -1,0 +1,233 @@
+//! The backend traits for [`Device`]: each call matches on the held backend, takes that
+//! backend's own types out of the argument enums (a different backend's is
+//! [`Error::DeviceMismatch`]) and calls it.
+
+use super::parts::{mismatch, Event, Memory, Plan, Stream, Variant};
+use super::{Device, Inner};
+use gpubuf_core::{
+    Allocator, Backend, BackendKind, CopyPlan, DType, DeviceInfo, Kernels, MemRef, MemoryInfo, Result,
+};
+
+/// Runs `$body` with `$b` bound to the held backend, typed as itself.
+macro_rules! each {
+    ($dev:expr, $b:ident => $body:expr) => {
+        match &$dev.inner {
+            Inner::Cpu($b) => $body,
+            #[cfg(feature = "opencl")]
+            Inner::OpenCl($b) => $body,
+            #[cfg(feature = "cuda")]
+            Inner::Cuda($b) => $body,
+        }
+    };
+}
+
+#[inline]
+fn memory<'m, B: Variant>(_: &B, m: &'m Memory) -> Result<&'m B::Memory> {
+    B::memory(m).ok_or_else(|| mismatch("an allocation", m.kind(), B::KIND))
+}
+
+#[inline]
+fn stream<'s, B: Variant>(_: &B, s: &'s Stream) -> Result<&'s B::Stream> {
+    B::stream(s).ok_or_else(|| mismatch("a stream", s.kind(), B::KIND))
+}
+
+#[inline]
+fn event<'e, B: Variant>(_: &B, e: &'e Event) -> Result<&'e B::Event> {
+    B::event(e).ok_or_else(|| mismatch("an event", e.kind(), B::KIND))
+}
+
+#[inline]
+fn plan<'p, B: Variant>(_: &B, p: &'p Plan) -> Result<&'p B::Plan> {
+    B::plan(p).ok_or_else(|| mismatch("a prepared plan", p.kind(), B::KIND))
+}
+
+#[inline]
+fn range<'a, B: Variant>(b: &B, r: MemRef<'a, Memory>) -> Result<MemRef<'a, B::Memory>> {
+    Ok(MemRef { memory: memory(b, r.memory)?, offset: r.offset, len: r.len })
+}
+
+/// Ranges passed in one call without a heap allocation up to this many.
+const STACK_RANGES: usize = 16;
+
+/// Calls `f` with `ranges` narrowed to backend `B` (on the stack for up to
+/// [`STACK_RANGES`] ranges), or fails before calling it when one belongs elsewhere.
+#[inline]
+fn with_ranges<'a, B: Variant, R>(
+    b: &B,
+    ranges: &[MemRef<'a, Memory>],
+    f: impl FnOnce(&[MemRef<'a, B::Memory>]) -> Result<R>,
+) -> Result<R> {
+    let Some(&first) = ranges.first() else { return f(&[]) };
+    let first = range(b, first)?;
+    if ranges.len() <= STACK_RANGES {
+        let mut narrowed = [first; STACK_RANGES];
+        for (slot, &r) in narrowed.iter_mut().zip(ranges).skip(1) {
+            *slot = range(b, r)?;
+        }
+        f(&narrowed[..ranges.len()])
+    } else {
+        let narrowed: Vec<_> = ranges.iter().map(|&r| range(b, r)).collect::<Result<_>>()?;
+        f(&narrowed)
+    }
+}
+
+impl Allocator for Device {
+    type Memory = Memory;
+
+    fn allocate(&self, bytes: usize) -> Result<Memory> {
+        each!(self, b => wrap_memory(b, b.allocate(bytes)))
+    }
+
+    fn allocate_immediate(&self, bytes: usize) -> Result<Memory> {
+        each!(self, b => wrap_memory(b, b.allocate_immediate(bytes)))
+    }
+
+    fn memory_info(&self) -> Option<MemoryInfo> {
+        each!(self, b => b.memory_info())
+    }
+}
+
+#[inline]
+fn wrap_memory<B: Variant>(_: &B, m: Result<B::Memory>) -> Result<Memory> {
+    m.map(B::wrap_memory)
+}
+
+#[inline]
+fn wrap_stream<B: Variant>(_: &B, s: Result<B::Stream>) -> Result<Stream> {
+    s.map(B::wrap_stream)
+}
+
+#[inline]
+fn wrap_event<B: Variant>(_: &B, e: Result<B::Event>) -> Result<Event> {
+    e.map(B::wrap_event)
+}
+
+#[inline]
+fn wrap_plan<B: Variant>(_: &B, p: Result<B::Plan>) -> Result<Plan> {
+    p.map(B::wrap_plan)
+}
+
+fn gather<B: Variant>(
+    b: &B,
+    s: &Stream,
+    p: &Plan,
+    sources: &[MemRef<'_, Memory>],
+    dst: MemRef<'_, Memory>,
+) -> Result<()> {
+    let (s, p, dst) = (stream(b, s)?, plan(b, p)?, range(b, dst)?);
+    with_ranges(b, sources, |sources| b.gather(s, p, sources, dst))
+}
+
+fn scatter<B: Variant>(
+    b: &B,
+    s: &Stream,
+    p: &Plan,
+    src: MemRef<'_, Memory>,
+    targets: &[MemRef<'_, Memory>],
+) -> Result<()> {
+    let (s, p, src) = (stream(b, s)?, plan(b, p)?, range(b, src)?);
+    with_ranges(b, targets, |targets| b.scatter(s, p, src, targets))
+}
+
+impl Backend for Device {
+    type Stream = Stream;
+    type Event = Event;
+
+    /// A constant of the type, so it cannot follow the value: use [`Device::kind`].
+    const KIND: BackendKind = BackendKind::Cpu;
+
+    fn info(&self) -> DeviceInfo {
+        each!(self, b => b.info())
+    }
+
+    /// Whether both hold the same backend and it says they share a device.
+    fn same_device(&self, other: &Self) -> bool {
+        match (&self.inner, &other.inner) {
+            (Inner::Cpu(a), Inner::Cpu(b)) => a.same_device(b),
+            #[cfg(feature = "opencl")]
+            (Inner::OpenCl(a), Inner::OpenCl(b)) => a.same_device(b),
+            #[cfg(feature = "cuda")]
+            (Inner::Cuda(a), Inner::Cuda(b)) => a.same_device(b),
+            #[allow(unreachable_patterns)]
+            _ => false,
+        }
+    }
+
+    fn default_stream(&self) -> &Stream {
+        &self.default_stream
+    }
+
+    /// The held backend's number for the stream. A stream of another backend gets
+    /// `u64::MAX`, a number no stream of the held backend is given first.
+    fn stream_id(&self, s: &Stream) -> u64 {
+        each!(self, b => stream(b, s).map_or(u64::MAX, |s| b.stream_id(s)))
+    }
+
+    fn new_stream(&self) -> Result<Stream> {
+        each!(self, b => wrap_stream(b, b.new_stream()))
+    }
+
+    fn write(&self, s: &Stream, dst: &Memory, offset: usize, src: &[u8]) -> Result<()> {
+        each!(self, b => b.write(stream(b, s)?, memory(b, dst)?, offset, src))
+    }
+
+    fn read(&self, s: &Stream, src: &Memory, offset: usize, dst: &mut [u8]) -> Result<()> {
+        each!(self, b => b.read(stream(b, s)?, memory(b, src)?, offset, dst))
+    }
+
+    fn copy(&self, s: &Stream, src: MemRef<'_, Memory>, dst: &Memory, dst_offset: usize) -> Result<()> {
+        each!(self, b => b.copy(stream(b, s)?, range(b, src)?, memory(b, dst)?, dst_offset))
+    }
+
+    fn fill(&self, s: &Stream, dst: MemRef<'_, Memory>, pattern: &[u8]) -> Result<()> {
+        each!(self, b => b.fill(stream(b, s)?, range(b, dst)?, pattern))
+    }
+
+    fn record_event(&self, s: &Stream) -> Result<Event> {
+        each!(self, b => wrap_event(b, b.record_event(stream(b, s)?)))
+    }
+
+    fn event_complete(&self, e: &Event) -> Result<bool> {
+        each!(self, b => b.event_complete(event(b, e)?))
+    }
+
+    fn wait_event(&self, e: &Event) -> Result<()> {
+        each!(self, b => b.wait_event(event(b, e)?))
+    }
+
+    fn stream_wait(&self, s: &Stream, e: &Event) -> Result<()> {
+        each!(self, b => b.stream_wait(stream(b, s)?, event(b, e)?))
+    }
+
+    fn synchronize(&self, s: &Stream) -> Result<()> {
+        each!(self, b => b.synchronize(stream(b, s)?))
+    }
+}
+
+impl Kernels for Device {
+    type Plan = Plan;
+
+    fn prepare(&self, p: &CopyPlan, dtype: DType) -> Result<Plan> {
+        each!(self, b => wrap_plan(b, b.prepare(p, dtype)))
+    }
+
+    fn gather(
+        &self,
+        s: &Stream,
+        p: &Plan,
+        sources: &[MemRef<'_, Memory>],
+        dst: MemRef<'_, Memory>,
+    ) -> Result<()> {
+        each!(self, b => gather(b, s, p, sources, dst))
+    }
+
+    fn scatter(
+        &self,
+        s: &Stream,
+        p: &Plan,
+        src: MemRef<'_, Memory>,
+        targets: &[MemRef<'_, Memory>],
+    ) -> Result<()> {
+        each!(self, b => scatter(b, s, p, src, targets))
+    }
+}
