@@ -20,4 +20,7 @@ mod host;
 mod ndbuffer;
 
 pub use buffer::Buffer;
+/// The ndarray crate (version 0.17) that [`NDBuffer::from_ndarray`] and
+/// [`NDBuffer::to_ndarray`] speak.
+pub use ndarray;
 pub use ndbuffer::NDBuffer;

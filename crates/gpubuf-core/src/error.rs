@@ -161,3 +161,20 @@ impl Error {
         Error::InvalidPlan(msg.into())
     }
 }
+
+/// ndarray's shape errors (`Array::from_shape_vec`, `into_shape_with_order`, ...) become
+/// [`Error::InvalidArgument`] carrying ndarray's message, so `?` works on them in code
+/// that returns gpubuf's [`Result`].
+///
+/// ```
+/// fn square(v: Vec<f64>) -> gpubuf_core::Result<ndarray::Array2<f64>> {
+///     Ok(ndarray::Array2::from_shape_vec((2, 2), v)?)
+/// }
+/// assert!(square(vec![1.0; 4]).is_ok());
+/// assert!(matches!(square(vec![1.0; 3]), Err(gpubuf_core::Error::InvalidArgument(_))));
+/// ```
+impl From<ndarray::ShapeError> for Error {
+    fn from(e: ndarray::ShapeError) -> Self {
+        Error::InvalidArgument(format!("ndarray shape error: {e}"))
+    }
+}

@@ -34,27 +34,13 @@ use std::ptr::NonNull;
 /// CPU kernel relies on).
 pub const ADOPT_ALIGN: usize = 8;
 
-/// The view's layout measured from the start of its allocation: the buffer's byte offset
-/// turned into elements and added to the layout's own offset.
-fn absolute<T: Element>(nd: &NDBuffer<CpuBackend, T>) -> Result<Layout> {
-    let size = size_of::<T>().max(1);
-    let buffer = nd.buffer();
+/// The layout to view: `nd`'s own, or for an empty view (which addresses nothing, whatever
+/// its offset and strides) one with no offset, so that it never fails to fit.
+fn viewed<T: Element>(nd: &NDBuffer<CpuBackend, T>) -> Result<Layout> {
     if nd.layout().size() == 0 {
-        // An empty view addresses nothing, whatever its offset and strides.
         return Layout::new(nd.shape().to_vec(), vec![0; nd.ndim()], 0);
     }
-    if buffer.offset() % size != 0 {
-        return Err(Error::invalid(format!(
-            "buffer offset {} is not a multiple of the {size}-byte element",
-            buffer.offset()
-        )));
-    }
-    // The view must stay inside its own buffer, not merely inside the allocation.
-    nd.layout().check_fits(buffer.len() / size)?;
-    let offset = (buffer.offset() / size)
-        .checked_add(nd.layout().offset())
-        .ok_or_else(|| Error::invalid("view offset overflows"))?;
-    Layout::new(nd.shape().to_vec(), nd.strides().to_vec(), offset)
+    Ok(nd.layout().clone())
 }
 
 /// Runs `f` on a zero-copy ndarray view of `nd` (strides, flips and offsets as in `nd`).
@@ -78,7 +64,7 @@ pub fn view<T: Element, R>(
     nd: &NDBuffer<CpuBackend, T>,
     f: impl FnOnce(ArrayViewD<'_, T>) -> R,
 ) -> Result<R> {
-    with_array(nd.buffer().memory(), &absolute(nd)?, f)
+    with_array(nd.buffer(), &viewed(nd)?, f)
 }
 
 /// Runs `f` on a mutable zero-copy ndarray view of `nd`.
@@ -90,7 +76,7 @@ pub fn view_mut<T: Element, R>(
     nd: &NDBuffer<CpuBackend, T>,
     f: impl FnOnce(ArrayViewMutD<'_, T>) -> R,
 ) -> Result<R> {
-    with_array_mut(nd.buffer().memory(), &absolute(nd)?, f)
+    with_array_mut(nd.buffer(), &viewed(nd)?, f)
 }
 
 /// Whether [`adopt_vec`] would take `data`'s allocation without copying it.

@@ -1,8 +1,10 @@
 //! gpubuf-cpu: the CPU backend.
 //!
 //! Host memory aligned to 64 bytes, streams that run work at submission, and copy plans
-//! executed by rayon over rows (see [`CpuBackend`]). [`with_array`] and
-//! [`with_array_mut`] lend an allocation to ndarray without copying.
+//! executed by rayon over rows (see [`CpuBackend`]). [`CpuView`] lends an `NDBuffer` to
+//! ndarray without copying (`a.view(|v| ..)`, `a.view_mut(|v| ..)`); [`with_array`] and
+//! [`with_array_mut`] do the same for a [`Buffer`](gpubuf_buffer::Buffer) and a layout.
+//! The ndarray these views are is re-exported as [`ndarray`] (version 0.17).
 //!
 //! ```
 //! use gpubuf_core::{Allocator, Backend, CopyPlan, DType, Kernels, MemRef, Segment};
@@ -31,7 +33,11 @@ pub mod interop;
 mod kernels;
 mod memory;
 mod rows;
+mod view;
 
-pub use array::{with_array, with_array_mut};
+pub use array::{with_array, with_array_mut, CpuStorage};
 pub use backend::{CpuBackend, CpuEvent, CpuPlan, CpuStream};
 pub use memory::{CpuMemory, ALIGN};
+/// The ndarray crate whose views [`CpuView`] lends (use it to name their types).
+pub use ndarray;
+pub use view::CpuView;

@@ -24,6 +24,7 @@
 
 mod allocators;
 mod arena;
+mod arrays;
 mod bins;
 mod block;
 mod config;

@@ -1,9 +1,18 @@
 //! gpubuf: GPU memory work on every backend.
 //!
-//! This umbrella crate re-exports the shared vocabulary ([`gpubuf_core`]), [`Buffer`] and
-//! [`NDBuffer`], and the backends selected by cargo features: `cpu` (default), `opencl`,
-//! `cuda`. A backend that was not compiled in is still nameable at run time, and asking for
-//! it gives [`Error::BackendUnavailable`] rather than a panic ([`with_backend`]).
+//! This umbrella crate re-exports the shared vocabulary of `gpubuf-core` ([`Backend`],
+//! [`Kernels`], [`Layout`], [`Order`], [`DType`], [`Error`], ...), [`Buffer`] and
+//! [`NDBuffer`], the components ([`MemoryPool`], [`Bufferizer`], [`Mirror`] with
+//! [`DirtyPolicy`], [`HaloDataTransformer`] with [`HaloExchangeSpec`], [`QuantityHaloSpec`],
+//! [`Boundary`] and [`Dim`]; their crates as [`pool`], [`bufferizer`], [`mirror`], [`halo`]),
+//! and the backends selected by cargo features: `cpu` (default), `opencl`, `cuda`. A
+//! backend that was not compiled in is still nameable at run time, and asking for it gives
+//! [`Error::BackendUnavailable`] rather than a panic ([`with_backend`]).
+//!
+//! [`ndarray`] is re-exported (version 0.17, the one `NDBuffer::from_ndarray`, `to_ndarray`,
+//! the mirror and the CPU views speak): name it as `gpubuf::ndarray` and a crate that
+//! depends on another ndarray version still works. On the CPU backend, [`CpuView`] lends an
+//! `NDBuffer` to ndarray without a copy (`a.view(|v| ..)`, `a.view_mut(|v| ..)`).
 //!
 //! ```
 //! use gpubuf::{with_backend, BackendKind, BackendVisitor, Kernels, NDBuffer, Result};
@@ -26,6 +35,8 @@ mod select;
 
 #[cfg(feature = "cpu")]
 pub use device::Device;
+/// The ndarray crate (version 0.17) that gpubuf's host interop speaks.
+pub use gpubuf_buffer::ndarray;
 pub use gpubuf_buffer::{Buffer, NDBuffer};
 /// The bufferizer crate.
 pub use gpubuf_bufferizer as bufferizer;
@@ -33,9 +44,10 @@ pub use gpubuf_bufferizer::Bufferizer;
 pub use gpubuf_core::*;
 /// The halo transformer crate.
 pub use gpubuf_halo as halo;
+pub use gpubuf_halo::{Boundary, Dim, HaloDataTransformer, HaloExchangeSpec, QuantityHaloSpec};
 /// The mirror crate.
 pub use gpubuf_mirror as mirror;
-pub use gpubuf_mirror::Mirror;
+pub use gpubuf_mirror::{DirtyPolicy, Mirror};
 /// The memory pool crate.
 pub use gpubuf_pool as pool;
 pub use gpubuf_pool::{MemoryPool, PooledBuffer};
@@ -44,6 +56,8 @@ pub use select::{compiled, devices, status, with_backend, BackendStatus, Backend
 /// The CPU backend crate.
 #[cfg(feature = "cpu")]
 pub use gpubuf_cpu as cpu;
+#[cfg(feature = "cpu")]
+pub use gpubuf_cpu::CpuView;
 /// The CUDA backend crate.
 #[cfg(feature = "cuda")]
 pub use gpubuf_cuda as cuda;

@@ -1,0 +1,130 @@
+//! `NDBuffer` constructors backed by a [`MemoryPool`], after pyopencl's
+//! `empty(queue, shape, dtype, allocator=pool)`.
+
+use crate::MemoryPool;
+use gpubuf_buffer::ndarray::{ArrayView, Dimension, IxDyn};
+use gpubuf_buffer::NDBuffer;
+use gpubuf_core::{Allocator, Element, Error, Kernels, Layout, Order, Result};
+
+/// The contiguous layout of `shape` in `order` and its size in bytes of `T`.
+fn sized<T: Element>(shape: &[usize], order: Order) -> Result<(Layout, usize)> {
+    let layout = Layout::contiguous(shape, order)?;
+    let bytes = layout.size().checked_mul(T::DTYPE.size()).ok_or_else(|| {
+        Error::invalid(format!("shape {shape:?} of {} holds more than usize::MAX bytes", T::DTYPE))
+    })?;
+    Ok((layout, bytes))
+}
+
+impl<A: Allocator + 'static> MemoryPool<A> {
+    /// A C- or F-order array of `shape` in a block of this pool, **uninitialised**: a block
+    /// the pool reuses still holds whatever its last user wrote (pyopencl's `empty`).
+    /// Use [`MemoryPool::zeros`], [`MemoryPool::full`], [`MemoryPool::from_slice`] or
+    /// [`MemoryPool::from_ndarray`] for defined contents.
+    ///
+    /// The block is taken for the backend's default stream (where `NDBuffer` operations
+    /// run, see [`MemoryPool::allocate_on`]) and returns to the pool when the last view of
+    /// the array drops.
+    ///
+    /// ```
+    /// use gpubuf_buffer::NDBuffer;
+    /// use gpubuf_core::Order;
+    /// use gpubuf_cpu::CpuBackend;
+    /// use gpubuf_pool::MemoryPool;
+    ///
+    /// let cpu = CpuBackend::new();
+    /// let pool = MemoryPool::new(cpu.clone());
+    /// let a: NDBuffer<_, f64> = pool.empty(&cpu, &[48, 48, 10], Order::C)?;
+    /// a.fill(1.0)?; // contents were unspecified until now
+    /// let b = pool.zeros::<_, f32>(&cpu, &[100])?; // zeroed, from the same pool
+    /// assert_eq!(pool.active_blocks(), 2);
+    /// assert!(b.all_equal(0.0)?);
+    /// # Ok::<(), gpubuf_core::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when the shape's size or byte count overflows; the pool's
+    /// allocation errors ([`Error::OutOfMemory`] with its statistics).
+    pub fn empty<B, T>(&self, backend: &B, shape: &[usize], order: Order) -> Result<NDBuffer<B, T>>
+    where
+        B: Kernels<Memory = A::Memory>,
+        T: Element,
+    {
+        let (layout, bytes) = sized::<T>(shape, order)?;
+        let block = self.allocate_on(bytes, backend, backend.default_stream())?;
+        NDBuffer::from_buffer_layout(block.into_buffer(backend)?, layout)
+    }
+
+    /// A C-order array of `shape` from this pool, every element zero.
+    ///
+    /// # Errors
+    /// As [`MemoryPool::empty`]; driver errors from the fill (the block is returned then).
+    pub fn zeros<B, T>(&self, backend: &B, shape: &[usize]) -> Result<NDBuffer<B, T>>
+    where
+        B: Kernels<Memory = A::Memory>,
+        T: Element,
+    {
+        let a: NDBuffer<B, T> = self.empty(backend, shape, Order::C)?;
+        a.buffer().fill(&[0])?;
+        Ok(a)
+    }
+
+    /// A C-order array of `shape` from this pool, every element `value`.
+    ///
+    /// # Errors
+    /// As [`MemoryPool::zeros`].
+    pub fn full<B, T>(&self, backend: &B, shape: &[usize], value: T) -> Result<NDBuffer<B, T>>
+    where
+        B: Kernels<Memory = A::Memory>,
+        T: Element,
+    {
+        let a: NDBuffer<B, T> = self.empty(backend, shape, Order::C)?;
+        a.fill(value)?;
+        Ok(a)
+    }
+
+    /// A C-order array of `shape` from this pool holding `data`.
+    ///
+    /// # Errors
+    /// [`Error::ShapeMismatch`] (shape and element count) when `data.len()` is not the
+    /// size of `shape`, checked before anything is allocated; as [`MemoryPool::empty`].
+    pub fn from_slice<B, T>(&self, backend: &B, shape: &[usize], data: &[T]) -> Result<NDBuffer<B, T>>
+    where
+        B: Kernels<Memory = A::Memory>,
+        T: Element,
+    {
+        let size = gpubuf_core::checked_size(shape)?;
+        if size != data.len() {
+            return Err(Error::ShapeMismatch { expected: shape.to_vec(), got: vec![data.len()] });
+        }
+        let view = ArrayView::from_shape(IxDyn(shape), data)?;
+        let a: NDBuffer<B, T> = self.empty(backend, shape, Order::C)?;
+        a.write_ndarray(view)?;
+        Ok(a)
+    }
+
+    /// An array from this pool holding a copy of any ndarray view (C order; strided,
+    /// flipped and broadcast views are gathered on the host first).
+    ///
+    /// # Errors
+    /// [`Error::OutOfMemory`] when a non-contiguous view's elements do not fit in host
+    /// memory; as [`MemoryPool::from_slice`].
+    pub fn from_ndarray<B, T, D>(&self, backend: &B, view: ArrayView<'_, T, D>) -> Result<NDBuffer<B, T>>
+    where
+        B: Kernels<Memory = A::Memory>,
+        T: Element,
+        D: Dimension,
+    {
+        let shape = view.shape().to_vec();
+        if let Some(s) = view.as_slice() {
+            return self.from_slice(backend, &shape, s);
+        }
+        let mut data: Vec<T> = Vec::new();
+        data.try_reserve_exact(view.len()).map_err(|_| Error::OutOfMemory {
+            requested: view.len().saturating_mul(T::DTYPE.size()),
+            available: None,
+            pool: None,
+        })?;
+        data.extend(view.iter().copied());
+        self.from_slice(backend, &shape, &data)
+    }
+}
