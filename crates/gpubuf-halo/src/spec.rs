@@ -312,15 +312,55 @@ pub struct HaloExchangeSpec {
 }
 
 impl HaloExchangeSpec {
-    /// The exchange for `boundary`: pack its interior (send) slices, unpack into its halo
-    /// (receive) slices.
+    /// The exchange with the neighbour across `boundary`: pack the interior (send) slices
+    /// of `boundary`, unpack what arrives into the halo (receive) slices of the *same*
+    /// `boundary` (the neighbour sends its facing edge back). For one rank whose opposite
+    /// edges are neighbours (a periodic domain), use [`HaloExchangeSpec::periodic`]; for
+    /// any other pair of edges, [`HaloExchangeSpec::between`].
     ///
     /// # Errors
     /// As [`QuantityHaloSpec::boundary_slices`].
     pub fn for_boundary(specification: QuantityHaloSpec, boundary: Boundary, rotation: i32) -> Result<Self> {
-        let pack_slices = specification.boundary_slices(boundary, true)?;
-        let unpack_slices = specification.boundary_slices(boundary, false)?;
+        Self::between(specification, boundary, boundary, rotation)
+    }
+
+    /// Packs the interior of `send` (rotated `rotation` clockwise quarter turns on the way)
+    /// and unpacks what arrives into the halo of `receive`.
+    ///
+    /// # Errors
+    /// As [`QuantityHaloSpec::boundary_slices`].
+    pub fn between(
+        specification: QuantityHaloSpec,
+        send: Boundary,
+        receive: Boundary,
+        rotation: i32,
+    ) -> Result<Self> {
+        let pack_slices = specification.boundary_slices(send, true)?;
+        let unpack_slices = specification.boundary_slices(receive, false)?;
         Ok(HaloExchangeSpec { specification, pack_slices, pack_clockwise_rotation: rotation, unpack_slices })
+    }
+
+    /// The periodic wrap of one array onto itself across `boundary`: pack the interior of
+    /// `boundary`, unpack into the halo of the opposite boundary (no rotation), so the east
+    /// interior fills the west halo, the north-east corner the south-west one, and so on.
+    /// With [`HaloDataTransformer::loopback`](crate::HaloDataTransformer::loopback) between
+    /// pack and unpack this is a periodic halo update on one rank.
+    ///
+    /// ```
+    /// use gpubuf_core::DType;
+    /// use gpubuf_halo::{Boundary, Dim, HaloExchangeSpec, QuantityHaloSpec};
+    ///
+    /// let q = QuantityHaloSpec::centered(&[Dim::X, Dim::Y], &[4, 4], 1, 0, DType::F64)?;
+    /// let east = HaloExchangeSpec::periodic(q.clone(), Boundary::East)?;
+    /// assert_eq!(east.pack_slices, q.boundary_slices(Boundary::East, true)?);
+    /// assert_eq!(east.unpack_slices, q.boundary_slices(Boundary::West, false)?);
+    /// # Ok::<(), gpubuf_core::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`QuantityHaloSpec::boundary_slices`].
+    pub fn periodic(specification: QuantityHaloSpec, boundary: Boundary) -> Result<Self> {
+        Self::between(specification, boundary, boundary.opposite(), 0)
     }
 
     /// Elements packed (NDSL's `pack_buffer_size`).

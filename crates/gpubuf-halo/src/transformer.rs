@@ -207,13 +207,22 @@ impl<B: Kernels, T: Element> HaloDataTransformer<B, T> {
         y: Option<&[&'q NDBuffer<B, T>]>,
     ) -> Result<Arrays<'q, B::Memory>> {
         if x.len() != self.specs_x.len() {
-            return Err(Error::invalid(format!("{} x quantities for {} specs", x.len(), self.specs_x.len())));
+            return Err(Error::invalid(format!(
+                "{} x quantities for {} specs: pass one array per spec, in the order of the specs \
+                 (the same array may be passed for several specs)",
+                x.len(),
+                self.specs_x.len()
+            )));
         }
         let quantities: Vec<&NDBuffer<B, T>> = match (y, &self.specs_y) {
             (None, None) => x.to_vec(),
             (Some(y), Some(sy)) if y.len() == sy.len() => x.iter().chain(y.iter()).copied().collect(),
             (Some(y), Some(sy)) => {
-                return Err(Error::invalid(format!("{} y quantities for {} specs", y.len(), sy.len())))
+                return Err(Error::invalid(format!(
+                    "{} y quantities for {} specs: pass one array per y spec, in the order of the specs",
+                    y.len(),
+                    sy.len()
+                )))
             }
             (None, Some(_)) => return Err(Error::invalid("a vector transformer needs y quantities")),
             (Some(_), None) => return Err(Error::invalid("a scalar transformer takes no y quantities")),
@@ -329,10 +338,50 @@ impl<B: Kernels, T: Element> HaloDataTransformer<B, T> {
         self.unpack_buffer.as_ref().ok_or_else(|| Error::invalid("transformer finalized"))
     }
 
-    /// Copies received data (on the same device) into the unpack buffer.
+    /// Copies the pack buffer into the unpack buffer on the device, queued on the
+    /// transformer's stream after the pack (no host round trip, nothing waited for): what a
+    /// rank that is its own neighbour (a periodic domain, see
+    /// [`HaloExchangeSpec::periodic`](crate::HaloExchangeSpec::periodic)) does between
+    /// [`HaloDataTransformer::async_pack`] and [`HaloDataTransformer::async_unpack`].
+    ///
+    /// ```
+    /// use gpubuf_buffer::NDBuffer;
+    /// use gpubuf_core::DType;
+    /// use gpubuf_cpu::CpuBackend;
+    /// use gpubuf_halo::{Boundary, Dim, HaloDataTransformer, HaloExchangeSpec, QuantityHaloSpec};
+    ///
+    /// let cpu = CpuBackend::new();
+    /// // A 4-point line with a 1-point halo on each side: [h, 1, 2, 3, 4, h].
+    /// let q = QuantityHaloSpec::centered(&[Dim::X], &[4], 1, 0, DType::F64)?;
+    /// let specs = [Boundary::West, Boundary::East]
+    ///     .map(|b| HaloExchangeSpec::periodic(q.clone(), b))
+    ///     .into_iter()
+    ///     .collect::<Result<Vec<_>, _>>()?;
+    /// let mut t = HaloDataTransformer::<_, f64>::new(&cpu, specs, None)?;
+    /// let line = NDBuffer::from_slice(&cpu, &[6], &[0., 1., 2., 3., 4., 0.])?;
+    /// t.async_pack(&[&line, &line], None)?; // one array per spec
+    /// t.loopback()?;
+    /// t.async_unpack(&[&line, &line], None)?;
+    /// assert_eq!(line.to_vec()?, vec![4., 1., 2., 3., 4., 1.]);
+    /// # Ok::<(), gpubuf_core::Error>(())
+    /// ```
     ///
     /// # Errors
-    /// [`Error::ShapeMismatch`] when `data` is not exactly the buffer's size;
+    /// [`Error::InvalidArgument`] after `finalize`; driver errors.
+    pub fn loopback(&mut self) -> Result<()> {
+        let (Some(pack), Some(unpack)) = (&self.pack_buffer, &self.unpack_buffer) else {
+            return Err(Error::invalid("transformer finalized"));
+        };
+        self.backend.copy(&self.stream, pack.memref(), unpack.memory(), unpack.offset())
+    }
+
+    /// Copies received data (on the same device) into the unpack buffer. For a rank that
+    /// receives its own pack buffer, [`HaloDataTransformer::loopback`] does this without
+    /// borrowing the transformer twice.
+    ///
+    /// # Errors
+    /// [`Error::ShapeMismatch`] when `data` is not exactly the buffer's size, both given
+    /// in **bytes** (`expected: [buffer_len() * element size]`, `got: [data.len()]`);
     /// [`Error::DeviceMismatch`] when it lives on another device; driver errors.
     pub fn receive(&mut self, data: &Buffer<B>) -> Result<()> {
         let buf = self.unpack_buffer.as_ref().ok_or_else(|| Error::invalid("transformer finalized"))?;
@@ -345,10 +394,13 @@ impl<B: Kernels, T: Element> HaloDataTransformer<B, T> {
         self.backend.copy(&self.stream, data.memref(), buf.memory(), buf.offset())
     }
 
-    /// Copies received host data into the unpack buffer.
+    /// Copies received host data (the bytes of `buffer_len()` elements) into the unpack
+    /// buffer.
     ///
     /// # Errors
-    /// [`Error::ShapeMismatch`] when `data` does not hold exactly `buffer_len()` elements.
+    /// [`Error::ShapeMismatch`] when `data` does not hold exactly `buffer_len()` elements,
+    /// both lengths given in **bytes** (`expected: [buffer_len() * element size]`,
+    /// `got: [data.len()]`): pass `bytemuck::cast_slice(&values)` of `buffer_len()` values.
     pub fn receive_host(&mut self, data: &[u8]) -> Result<()> {
         let buf = self.unpack_buffer.as_ref().ok_or_else(|| Error::invalid("transformer finalized"))?;
         if data.len() != buf.len() {

@@ -7,7 +7,8 @@
 //! use ndarray::Array1;
 //!
 //! let cpu = CpuBackend::new();
-//! let mut m = Mirror::new(&cpu, Array1::<f32>::zeros(16).into_dyn().view(), DirtyPolicy::hull(), None)?;
+//! let host = Array1::<f32>::zeros(16);
+//! let mut m = Mirror::new(&cpu, host.view(), DirtyPolicy::hull(), None)?;
 //! let d = m.view(&[5..8])?;
 //! m.fill(&d, 1.0)?;
 //! assert_eq!(m.pending(), vec![20..32]); // glumpy's pending_data for d[5:8]

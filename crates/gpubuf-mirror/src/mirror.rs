@@ -5,7 +5,7 @@ use crate::ranges::{DirtyPolicy, RangeSet};
 use crate::view::View;
 use gpubuf_buffer::NDBuffer;
 use gpubuf_core::{Element, Error, Kernels, Result};
-use ndarray::{ArrayD, ArrayViewD, ArrayViewMutD};
+use ndarray::{ArrayD, ArrayView, ArrayViewD, ArrayViewMutD, Dimension};
 use std::ops::Range;
 
 /// A host array mirrored on a device, after glumpy's `GPUData`: every mutation goes
@@ -64,20 +64,34 @@ pub(crate) fn as_bytes<T: Element>(a: &ArrayD<T>) -> &[u8] {
     bytemuck::cast_slice(a.as_slice_memory_order().unwrap_or(&[]))
 }
 
+/// A C-order copy of `view`, or [`Error::OutOfMemory`] (never an abort) when a view with
+/// repeated elements (a broadcast) holds more than the host can.
+fn standard<T: Element>(view: ArrayViewD<'_, T>) -> Result<ArrayD<T>> {
+    let mut data: Vec<T> = Vec::new();
+    data.try_reserve_exact(view.len()).map_err(|_| Error::OutOfMemory {
+        requested: view.len().saturating_mul(T::DTYPE.size()),
+        available: None,
+        pool: None,
+    })?;
+    data.extend(view.iter().copied());
+    Ok(ArrayD::from_shape_vec(view.raw_dim(), data)?)
+}
+
 impl<B: Kernels, T: Element> Mirror<B, T> {
-    /// Mirrors `host` (copied into a C-order array) on `backend`, uploaded whole, with
-    /// `policy` for merging dirty ranges and copies queued on `stream` (default stream
-    /// when `None`).
+    /// Mirrors `host`, a view of any dimension (`a.view()`, `a.t()`, a slice), copied into a
+    /// C-order array, on `backend`, uploaded whole, with `policy` for merging dirty ranges
+    /// and copies queued on `stream` (default stream when `None`).
     ///
     /// # Errors
-    /// Allocation and transfer errors.
-    pub fn new(
+    /// [`Error::OutOfMemory`] when the host copy does not fit in memory; allocation and
+    /// transfer errors.
+    pub fn new<D: Dimension>(
         backend: &B,
-        host: ArrayViewD<'_, T>,
+        host: ArrayView<'_, T, D>,
         policy: DirtyPolicy,
         stream: Option<&B::Stream>,
     ) -> Result<Self> {
-        let host = host.as_standard_layout().into_owned();
+        let host = standard(host.into_dyn())?;
         let device = NDBuffer::from_ndarray(backend, host.view())?;
         let stream = stream.cloned().unwrap_or_else(|| backend.default_stream().clone());
         Ok(Mirror {
