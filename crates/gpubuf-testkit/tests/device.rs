@@ -1,0 +1,290 @@
+//! `gpubuf::Device`: generic bodies run through it on CPU and OpenCL, random plans give the
+//! same bytes through it as through the concrete backend, an object of another backend is
+//! `DeviceMismatch`, and a backend compiled out is `BackendUnavailable`.
+
+use gpubuf::bufferizer::Input;
+use gpubuf::halo::{Boundary, Dim, HaloDataTransformer, HaloExchangeSpec, QuantityHaloSpec};
+use gpubuf::mirror::DirtyPolicy;
+use gpubuf::{
+    Allocator, Backend, BackendKind, Bufferizer, DType, Device, Error, Kernels, MemRef, MemoryPool, Mirror,
+    NDBuffer, Result,
+};
+use gpubuf_testkit::exec;
+use gpubuf_testkit::strategies::{bytes, plan_case, PlanCase};
+use ndarray::{s, Array3, ArrayD, IxDyn};
+use proptest::prelude::*;
+
+/// A CPU device over the test binary's shared CPU backend.
+fn device_cpu() -> Device {
+    Device::from(gpubuf_testkit::cpu())
+}
+
+/// An OpenCL device over the shared OpenCL backend (programs build once), if available.
+#[cfg(feature = "opencl")]
+fn device_opencl() -> Option<Device> {
+    gpubuf_testkit::opencl().map(Device::from)
+}
+
+/// One `#[test]` per backend running `body` through a [`Device`] holding it.
+macro_rules! device_tests {
+    ($($name:ident),+ $(,)?) => {
+        $(
+            mod $name {
+                #[test]
+                fn cpu() {
+                    let d = super::device_cpu();
+                    assert_eq!(d.kind(), gpubuf::BackendKind::Cpu);
+                    if let Err(e) = super::$name(&d) {
+                        panic!("through a cpu Device: {e}");
+                    }
+                }
+                #[cfg(feature = "opencl")]
+                #[test]
+                fn opencl() {
+                    let Some(d) = super::device_opencl() else { return };
+                    assert_eq!(d.kind(), gpubuf::BackendKind::OpenCl);
+                    if let Err(e) = super::$name(&d) {
+                        panic!("through an opencl Device: {e}");
+                    }
+                }
+            }
+        )+
+    };
+}
+
+fn arrays_and_views<B: Kernels>(b: &B) -> Result<()> {
+    let data: Vec<f64> = (0..12).map(f64::from).collect();
+    let a = NDBuffer::<B, f64>::from_slice(b, &[3, 4], &data)?;
+    assert_eq!(a.transpose(None)?.copy()?.to_vec()?, [0., 4., 8., 1., 5., 9., 2., 6., 10., 3., 7., 11.]);
+    assert_eq!(a.flip(1)?.slice(&[1..2, 0..4])?.to_vec()?, [7., 6., 5., 4.]);
+    let z = NDBuffer::<B, f64>::zeros(b, &[4, 3])?;
+    z.slice(&[0..4, 1..2])?.copy_from(&a.slice(&[0..1, 0..4])?.reshape(&[4, 1])?)?;
+    assert_eq!(z.to_vec()?, [0., 0., 0., 0., 1., 0., 0., 2., 0., 0., 3., 0.]);
+    z.fill(2.5)?;
+    assert!(z.all_equal(2.5)?);
+    Ok(())
+}
+
+fn pool_hits_on_its_stream<B: Kernels>(b: &B) -> Result<()> {
+    let pool = MemoryPool::new(b.clone());
+    let s = b.new_stream()?;
+    drop(pool.allocate_on(4096, b, &s)?);
+    let again = pool.allocate_on(4096, b, &s)?;
+    let stats = pool.stats();
+    assert_eq!((stats.hits, stats.misses, stats.active_blocks), (1, 1, 1));
+    let buf = again.into_buffer(b)?;
+    buf.fill(&[7])?;
+    assert!(buf.to_vec()?.iter().all(|&x| x == 7));
+    drop(buf);
+    b.synchronize(&s)?;
+    assert_eq!(pool.active_blocks(), 0);
+    Ok(())
+}
+
+/// Every boundary of one field sent to itself: each halo receives the opposite interior
+/// edge (a periodic domain on one rank).
+fn periodic_specs(spec: &QuantityHaloSpec) -> Result<Vec<HaloExchangeSpec>> {
+    Boundary::ALL
+        .iter()
+        .map(|&bd| {
+            Ok(HaloExchangeSpec {
+                specification: spec.clone(),
+                pack_slices: spec.boundary_slices(bd, true)?,
+                pack_clockwise_rotation: 0,
+                unpack_slices: spec.boundary_slices(bd.opposite(), false)?,
+            })
+        })
+        .collect()
+}
+
+fn halo_periodic_self_exchange<B: Kernels>(b: &B) -> Result<()> {
+    let (nx, ny, nz, h) = (10, 9, 3, 2);
+    let spec = QuantityHaloSpec::centered(&[Dim::X, Dim::Y, Dim::Z], &[nx, ny, nz], h, 0, DType::F64)?;
+    let shape = spec.shape.clone();
+    let host = ArrayD::from_shape_fn(IxDyn(&shape), |i| (i[0] * 1000 + i[1] * 10 + i[2]) as f64);
+    let u = NDBuffer::<B, f64>::from_ndarray(b, host.view())?;
+    let pool = MemoryPool::new(b.clone());
+    let mut t = HaloDataTransformer::<B, f64>::with_pool(b, &pool, periodic_specs(&spec)?, None)?;
+    let fields = [&u; Boundary::ALL.len()];
+    t.async_pack(&fields, None)?;
+    let sent = t.pack_buffer()?.clone();
+    t.receive(&sent)?;
+    t.async_unpack(&fields, None)?;
+    t.finalize()?;
+    let got = u.to_ndarray()?;
+    let (x0, y0) = (h as isize, h as isize);
+    let (x1, y1) = (x0 + nx as isize, y0 + ny as isize);
+    // West halo = east interior edge, south halo = north interior edge, and corners.
+    assert_eq!(got.slice(s![0..x0, y0..y1, ..]), host.slice(s![x1 - x0..x1, y0..y1, ..]));
+    assert_eq!(got.slice(s![x1..x1 + x0, y0..y1, ..]), host.slice(s![x0..2 * x0, y0..y1, ..]));
+    assert_eq!(got.slice(s![x0..x1, 0..y0, ..]), host.slice(s![x0..x1, y1 - y0..y1, ..]));
+    assert_eq!(got.slice(s![0..x0, 0..y0, ..]), host.slice(s![x1 - x0..x1, y1 - y0..y1, ..]));
+    assert_eq!(got.slice(s![x0..x1, y0..y1, ..]), host.slice(s![x0..x1, y0..y1, ..]));
+    Ok(())
+}
+
+fn bufferizer_and_mirror<B: Kernels>(b: &B) -> Result<()> {
+    let mut batch = Bufferizer::<B, f32>::new(b, &[2, 3], 4, None)?;
+    let frame = NDBuffer::<B, f32>::from_slice(b, &[3, 2], &[1., 2., 3., 4., 5., 6.])?;
+    batch.append(&frame.transpose(None)?)?;
+    batch.append(Input::Host(ndarray::Array2::from_elem((2, 3), 9f32).into_dyn().view()))?;
+    assert_eq!(batch.filled()?.to_vec()?, [1., 3., 5., 2., 4., 6., 9., 9., 9., 9., 9., 9.]);
+
+    let host = Array3::<f64>::zeros((4, 5, 6)).into_dyn();
+    let mut m = Mirror::new(b, host.view(), DirtyPolicy::exact(), None)?;
+    let col = m.view(&[0..4, 2..3, 1..2])?;
+    m.fill(&col, 3.0)?;
+    let sent = m.sync()?;
+    assert_eq!(sent.bytes, 4 * 8);
+    assert_eq!(m.device().to_ndarray()?, m.host());
+    Ok(())
+}
+
+device_tests!(arrays_and_views, pool_hits_on_its_stream, halo_periodic_self_exchange, bufferizer_and_mirror);
+
+/// A plan gather and a scatter give the same bytes through `device` as through `concrete`.
+fn same_through_device<B: Kernels>(
+    concrete: &B,
+    device: &Device,
+    case: &PlanCase,
+) -> std::result::Result<(), TestCaseError> {
+    let fail = |e: Error| TestCaseError::fail(e.to_string());
+    let initial = vec![0xA5u8; case.plan.buffer_len() * case.dtype.size()];
+    let packed = exec::gather(concrete, case, &initial).map_err(fail)?;
+    prop_assert_eq!(&exec::gather(device, case, &initial).map_err(fail)?, &packed);
+    let buffer = bytes(initial.len(), 7);
+    let targets = exec::scatter(concrete, case, &buffer, &case.sources).map_err(fail)?;
+    prop_assert_eq!(exec::scatter(device, case, &buffer, &case.sources).map_err(fail)?, targets);
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, failure_persistence: None, ..ProptestConfig::default() })]
+
+    #[test]
+    fn random_plans_same_through_device_on_cpu(case in plan_case(10, 6, true)) {
+        let concrete = gpubuf_testkit::cpu();
+        same_through_device(&concrete, &Device::from(concrete.clone()), &case)?;
+    }
+
+    #[cfg(feature = "opencl")]
+    #[test]
+    fn random_plans_same_through_device_on_opencl(case in plan_case(10, 6, true)) {
+        if let Some(concrete) = gpubuf_testkit::opencl() {
+            same_through_device(&concrete, &Device::from(concrete.clone()), &case)?;
+        }
+    }
+}
+
+/// More sources than `Device` narrows on the stack: 40 one-element sources gathered in
+/// reverse order, then scattered back into fresh targets.
+fn many_sources<B: Kernels>(b: &B) -> Result<()> {
+    use gpubuf::{CopyPlan, Segment};
+    const N: usize = 40;
+    let segments = (0..N).map(|i| Segment::new(N - 1 - i, 0, &[(1, 1)], i)).collect::<Result<Vec<_>>>()?;
+    let plan = CopyPlan::new(vec![1; N], N, segments)?;
+    let sources: Vec<Vec<u8>> = (0..N).map(|i| (i as u32).to_ne_bytes().to_vec()).collect();
+    let case = PlanCase { dtype: DType::U32, sources, plan };
+    let packed = exec::gather(b, &case, &[0; N * 4])?;
+    let want: Vec<u8> = (0..N as u32).rev().flat_map(u32::to_ne_bytes).collect();
+    assert_eq!(packed, want);
+    let zeros = vec![vec![0u8; 4]; N];
+    assert_eq!(exec::scatter(b, &case, &packed, &zeros)?, case.sources);
+    Ok(())
+}
+
+device_tests!(many_sources);
+
+#[test]
+fn constructors_and_accessors() -> Result<()> {
+    let d = Device::cpu();
+    assert_eq!((d.kind(), d.info().backend), (BackendKind::Cpu, BackendKind::Cpu));
+    assert!(d.as_cpu().is_some());
+    assert!(d.same_device(&d.clone()));
+    assert!(!d.same_device(&Device::cpu()), "two cpu() calls are two devices, as CpuBackend::new");
+    assert_eq!("CPU".parse::<Device>()?.kind(), BackendKind::Cpu);
+    assert_eq!(Device::new(BackendKind::Cpu)?.kind(), BackendKind::Cpu);
+    assert!(matches!("metal".parse::<Device>(), Err(Error::InvalidArgument(_))));
+    let m = d.allocate(16)?;
+    assert_eq!((m.kind(), m.as_cpu().map(gpubuf::DeviceMemory::len)), (BackendKind::Cpu, Some(16)));
+    let s = d.new_stream()?;
+    assert_ne!(d.stream_id(&s), d.stream_id(d.default_stream()));
+    Ok(())
+}
+
+/// Asking for a backend whose feature is off names the feature, through every constructor.
+fn assert_compiled_out(kind: BackendKind, open: fn() -> Result<Device>) {
+    let feature = format!("`{}` feature", kind.name());
+    for r in [open(), Device::new(kind), kind.name().parse::<Device>()] {
+        match r {
+            Err(Error::BackendUnavailable { backend, reason }) => {
+                assert_eq!(backend, kind);
+                assert!(reason.contains(&feature), "{reason}");
+            }
+            other => panic!("{kind} compiled out gave {other:?}"),
+        }
+    }
+}
+
+#[cfg(not(feature = "cuda"))]
+#[test]
+fn cuda_compiled_out_is_backend_unavailable() {
+    assert_compiled_out(BackendKind::Cuda, Device::cuda);
+}
+
+#[cfg(not(feature = "opencl"))]
+#[test]
+fn opencl_compiled_out_is_backend_unavailable() {
+    assert_compiled_out(BackendKind::OpenCl, Device::opencl);
+}
+
+fn mismatch<T: std::fmt::Debug>(r: Result<T>) {
+    assert!(matches!(r, Err(Error::DeviceMismatch(_))), "expected DeviceMismatch, got {r:?}");
+}
+
+/// Memory, streams, events and plans of one backend given to a device of another.
+#[cfg(feature = "opencl")]
+#[test]
+fn another_backends_objects_are_device_mismatch() -> Result<()> {
+    use gpubuf::{CopyPlan, Segment};
+    let Some(cl) = device_opencl() else { return Ok(()) };
+    let cpu = device_cpu();
+    assert!(!cpu.same_device(&cl) && !cl.same_device(&cpu));
+    let (cm, km) = (cpu.allocate(64)?, cl.allocate(64)?);
+    let (cs, ks) = (cpu.default_stream(), cl.default_stream());
+    mismatch(cl.write(ks, &cm, 0, &[1; 8]));
+    mismatch(cl.write(cs, &km, 0, &[1; 8]));
+    mismatch(cl.read(ks, &cm, 0, &mut [0; 8]));
+    mismatch(cl.copy(ks, MemRef::new(&km, 0, 8)?, &cm, 0));
+    mismatch(cl.fill(ks, MemRef::whole(&cm), &[0]));
+    mismatch(cl.record_event(cs));
+    let ce = cpu.record_event(cs)?;
+    mismatch(cl.event_complete(&ce));
+    mismatch(cl.wait_event(&ce));
+    mismatch(cl.stream_wait(ks, &ce));
+    mismatch(cl.synchronize(cs));
+    assert_eq!(cl.stream_id(cs), u64::MAX);
+
+    // A gather with one foreign source among its own fails before launching: the
+    // destination keeps its bytes.
+    let segs = vec![Segment::new(0, 0, &[(2, 1)], 0)?, Segment::new(1, 0, &[(2, 1)], 2)?];
+    let plan = CopyPlan::new(vec![2, 2], 4, segs)?;
+    let (kplan, cplan) = (cl.prepare(&plan, DType::U8)?, cpu.prepare(&plan, DType::U8)?);
+    let dst = cl.allocate(4)?;
+    cl.write(ks, &dst, 0, &[9; 4])?;
+    let mixed = [MemRef::whole(&km), MemRef::whole(&cm)];
+    mismatch(cl.gather(ks, &kplan, &mixed, MemRef::whole(&dst)));
+    mismatch(cl.gather(ks, &cplan, &[MemRef::whole(&km); 2], MemRef::whole(&dst)));
+    mismatch(cl.scatter(ks, &kplan, MemRef::whole(&cm), &[MemRef::new(&km, 0, 2)?, MemRef::new(&km, 2, 2)?]));
+    let mut back = [0; 4];
+    cl.read(ks, &dst, 0, &mut back)?;
+    assert_eq!(back, [9; 4]);
+
+    // Arrays of two devices meet in a copy: the device refuses and both stay usable.
+    let a = NDBuffer::<Device, f32>::from_slice(&cpu, &[4], &[1., 2., 3., 4.])?;
+    let k = NDBuffer::<Device, f32>::zeros(&cl, &[4])?;
+    assert!(k.copy_from(&a).is_err());
+    assert_eq!(a.to_backend(&cl)?.to_vec()?, [1., 2., 3., 4.]);
+    assert!(k.all_equal(0.0)?);
+    Ok(())
+}
