@@ -4,6 +4,7 @@ use crate::device::{driver_available, info_of, selected_ordinal};
 use crate::error::{driver, maybe_oom};
 use crate::kernels::ModuleCache;
 use crate::memory::{CudaEvent, CudaMemory, CudaStream, OwnedStream};
+use crate::program::UserPrograms;
 use crate::staging::{Staging, DIRECT_BELOW};
 use cudarc::driver::sys::{CUdevice_attribute, CUevent_flags, CUresult};
 use cudarc::driver::{result, CudaContext};
@@ -26,6 +27,7 @@ pub(crate) struct Inner {
     pub(crate) info: DeviceInfo,
     pub(crate) stream_ordered: bool,
     pub(crate) modules: ModuleCache,
+    pub(crate) user_programs: UserPrograms,
     staging: Mutex<Option<Staging>>,
     default_stream: CudaStream,
 }
@@ -65,6 +67,7 @@ impl CudaBackend {
                 info,
                 stream_ordered: pools != 0,
                 modules: ModuleCache::default(),
+                user_programs: UserPrograms::default(),
                 staging: Mutex::new(None),
                 default_stream,
             }),
@@ -97,13 +100,20 @@ fn new_stream(ctx: &Arc<CudaContext>) -> Result<CudaStream> {
     ctx.bind_to_thread().map_err(|e| driver(e, "cuCtxSetCurrent"))?;
     let raw = result::stream::create(result::stream::StreamKind::Default)
         .map_err(|e| driver(e, "cuStreamCreate"))?;
-    // A u64 counter does not wrap in any process's lifetime.
-    let id = NEXT_STREAM_ID.fetch_add(1, Ordering::Relaxed);
-    Ok(CudaStream { raw, id, _owner: Arc::new(OwnedStream { raw, ctx: ctx.clone() }) })
+    Ok(CudaStream {
+        raw,
+        id: next_stream_id(),
+        owner: Arc::new(OwnedStream { raw, ctx: ctx.clone(), cudarc: None }),
+    })
 }
 
 /// Identities of streams: process-wide and never reused.
 static NEXT_STREAM_ID: AtomicU64 = AtomicU64::new(1);
+
+/// A new stream identity (a u64 counter does not wrap in any process's lifetime).
+pub(crate) fn next_stream_id() -> u64 {
+    NEXT_STREAM_ID.fetch_add(1, Ordering::Relaxed)
+}
 
 impl Allocator for CudaBackend {
     type Memory = CudaMemory;
@@ -111,7 +121,7 @@ impl Allocator for CudaBackend {
     fn allocate(&self, bytes: usize) -> Result<CudaMemory> {
         let ctx = self.inner.ctx.clone();
         if bytes == 0 {
-            return Ok(CudaMemory { ptr: 0, len: 0, stream_ordered: false, ctx });
+            return Ok(CudaMemory::allocated(0, 0, false, ctx));
         }
         self.bind()?;
         let ordered = self.inner.stream_ordered;
@@ -124,13 +134,13 @@ impl Allocator for CudaBackend {
             }
         }
         .map_err(|e| maybe_oom(e, "cuMemAlloc", bytes))?;
-        Ok(CudaMemory { ptr, len: bytes, stream_ordered: ordered, ctx })
+        Ok(CudaMemory::allocated(ptr, bytes, ordered, ctx))
     }
 
     fn allocate_immediate(&self, bytes: usize) -> Result<CudaMemory> {
         // CUDA backs allocations when they are made; wait for a stream-ordered one.
         let m = self.allocate(bytes)?;
-        if m.stream_ordered {
+        if m.stream_ordered() {
             // SAFETY: the legacy default stream of the current context.
             unsafe { result::stream::synchronize(result::stream::null()) }
                 .map_err(|e| maybe_oom(e, "cuStreamSynchronize", bytes))?;
@@ -262,7 +272,7 @@ impl Backend for CudaBackend {
         self.bind()?;
         let raw = result::event::create(CUevent_flags::CU_EVENT_DISABLE_TIMING)
             .map_err(|e| driver(e, "cuEventCreate"))?;
-        let ev = CudaEvent { raw, ctx: self.inner.ctx.clone() };
+        let ev = CudaEvent::created(raw, self.inner.ctx.clone());
         // SAFETY: a live event and stream of this context.
         unsafe { result::event::record(ev.raw, stream.raw) }.map_err(|e| driver(e, "cuEventRecord"))?;
         Ok(ev)

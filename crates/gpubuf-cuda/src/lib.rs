@@ -5,6 +5,13 @@
 //! [`gpubuf_core::Error::BackendUnavailable`] with the reason. Plan kernels come from
 //! `kernels/cuda/plan.cu`, compiled by NVRTC ([`compile_ptx`]) once per context.
 //!
+//! Bridges to the caller's own CUDA code: user kernels in CUDA C compiled by NVRTC and
+//! launched with checked arguments ([`CudaBackend::user_kernel`], [`program`]), device
+//! pointers, streams and events across the boundary, cudarc slices and foreign device
+//! memory adopted without a copy, and gpubuf views as arguments of cudarc's launch builder
+//! ([`interop`]). The cudarc crate is re-exported as [`cudarc`] (version 0.19, features
+//! `driver` and `nvrtc`), so the caller's cudarc types are the ones gpubuf takes.
+//!
 //! ```
 //! use gpubuf_cuda::CudaBackend;
 //!
@@ -14,15 +21,26 @@
 //! }
 //! ```
 
+mod adopt;
 mod backend;
 mod device;
 mod error;
+pub mod geometry;
 pub mod interop;
 mod kernels;
 mod memory;
+pub mod nvrtc;
+pub mod program;
+pub mod ptx;
 mod staging;
+
+/// The cudarc crate gpubuf is built on (0.19), so that the caller's `CudaSlice`,
+/// `CudaStream` and launch builder are the types gpubuf takes.
+pub use cudarc;
 
 pub use backend::CudaBackend;
 pub use device::{devices, driver_available, nvrtc_available, DEVICE_ENV};
 pub use kernels::{compile_ptx, CudaPlan, MAX_SOURCES, PLAN_SOURCE};
 pub use memory::{CudaEvent, CudaMemory, CudaStream};
+pub use nvrtc::compile_user_ptx;
+pub use program::{CudaArg, UserKernel, UserProgram};

@@ -50,7 +50,7 @@ impl Staging {
     fn record(&mut self, i: usize, stream: CUstream) -> Result<()> {
         let raw = result::event::create(CUevent_flags::CU_EVENT_DISABLE_TIMING)
             .map_err(|e| driver(e, "cuEventCreate"))?;
-        let ev = CudaEvent { raw, ctx: self.ctx.clone() };
+        let ev = CudaEvent::created(raw, self.ctx.clone());
         // SAFETY: a live event and stream of our context.
         unsafe { result::event::record(ev.raw, stream) }.map_err(|e| driver(e, "cuEventRecord"))?;
         self.events[i] = Some(ev);

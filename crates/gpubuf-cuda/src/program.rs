@@ -1,0 +1,349 @@
+//! User kernels: CUDA C compiled by NVRTC once per context, launched on gpubuf streams
+//! with their arguments checked first.
+//!
+//! The driver's launch call (and cudarc's launch builder) trusts its caller: a missing
+//! argument or a 4-byte value for an 8-byte parameter is garbage or a crash.
+//! [`UserKernel::launch`] checks the arguments against the kernel's parameters as the PTX
+//! declares them ([`crate::ptx`]), the shared memory asked for, and the work sizes against
+//! the device and kernel limits; every mismatch is a typed error.
+//!
+//! Programs are compiled with `--fmad=false` unless the options name `fmad`
+//! ([`crate::nvrtc::build_options`]): no fused multiply-add contraction, so results match
+//! the CPU and OpenCL (built with `FP_CONTRACT OFF`) bit for bit.
+//!
+//! ```no_run
+//! use gpubuf_buffer::NDBuffer;
+//! use gpubuf_core::kernel::{KernelArg, Launch};
+//! use gpubuf_core::Backend;
+//! use gpubuf_cuda::{interop::view_parts, CudaBackend};
+//!
+//! const SRC: &str = r#"extern "C" __global__ void iota(float* base, unsigned long long off, unsigned int n) {
+//!     unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
+//!     if (i < n) base[off + i] = (float)i;
+//! }"#;
+//! let cu = CudaBackend::new()?;
+//! let a = NDBuffer::<_, f32>::zeros(&cu, &[8])?;
+//! let tail = a.slice(&[5..8])?;
+//! let (mem, off) = view_parts(&tail)?; // (allocation, element offset)
+//! let k = cu.user_kernel(SRC, "", "iota")?; // compiled once per context
+//! let args = [KernelArg::Memory(mem), KernelArg::U64(off), KernelArg::U32(3)];
+//! k.launch(cu.default_stream(), &Launch::new(&[4])?, &args)?;
+//! assert_eq!(a.to_vec()?, vec![0., 0., 0., 0., 0., 0., 1., 2.]);
+//! assert!(k.launch(cu.default_stream(), &Launch::new(&[4])?, &args[..2]).is_err());
+//! # Ok::<(), gpubuf_core::Error>(())
+//! ```
+
+use crate::error::{driver, maybe_oom};
+use crate::geometry::{geometry, Limits};
+use crate::nvrtc::compile_user_ptx;
+use crate::ptx::Signature;
+use crate::{CudaBackend, CudaEvent, CudaMemory, CudaStream};
+use cudarc::driver::sys::{CUdevice_attribute, CUevent_flags, CUfunction_attribute};
+use cudarc::driver::{result, CudaFunction, CudaModule};
+use cudarc::nvrtc::Ptx;
+use gpubuf_core::kernel::{KernelArg, Launch};
+use gpubuf_core::{Error, Result};
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::ffi::c_void;
+use std::sync::Arc;
+
+/// An argument of a CUDA user kernel.
+pub type CudaArg<'a> = KernelArg<'a, CudaMemory>;
+
+/// The programs of one context, by source and options.
+#[derive(Default)]
+pub(crate) struct UserPrograms {
+    map: Mutex<HashMap<(String, String), Arc<UserProgram>>>,
+}
+
+/// A compiled CUDA C program loaded into one context; its kernels are looked up once and
+/// cached.
+pub struct UserProgram {
+    ptx: String,
+    module: Arc<CudaModule>,
+    ctx: Arc<cudarc::driver::CudaContext>,
+    kernels: Mutex<HashMap<String, UserKernel>>,
+}
+
+impl std::fmt::Debug for UserProgram {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UserProgram").field("ptx_bytes", &self.ptx.len()).finish()
+    }
+}
+
+/// One kernel of a [`UserProgram`]. Clones share it; launches from several threads are
+/// independent (the parameters are copied at each launch).
+#[derive(Clone)]
+pub struct UserKernel {
+    inner: Arc<KernelInner>,
+}
+
+struct KernelInner {
+    function: CudaFunction,
+    signature: Signature,
+    limits: Limits,
+    /// `CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES`.
+    max_dynamic_shared: usize,
+    ctx: Arc<cudarc::driver::CudaContext>,
+}
+
+impl std::fmt::Debug for UserKernel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UserKernel")
+            .field("name", &self.inner.signature.name)
+            .field("args", &self.inner.signature.params.len())
+            .finish()
+    }
+}
+
+impl CudaBackend {
+    /// Compiles `source` with NVRTC and `options` for this context, or returns the program
+    /// compiled before from the same source and options. `--fmad=false` is added unless
+    /// the options name `fmad` (see [`crate::nvrtc::build_options`]).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when the source or options hold a NUL byte;
+    /// [`Error::Build`] with NVRTC's log when the source does not compile (nothing is
+    /// cached then); [`Error::BackendUnavailable`] without NVRTC; driver errors loading the
+    /// module.
+    pub fn user_program(&self, source: &str, options: &str) -> Result<Arc<UserProgram>> {
+        let key = (source.to_string(), options.to_string());
+        let mut map = self.inner.user_programs.map.lock();
+        if let Some(p) = map.get(&key) {
+            return Ok(p.clone());
+        }
+        let ptx = compile_user_ptx(source, options)?;
+        crate::ptx::entries(&ptx)?; // a module whose entries cannot be read is refused whole
+        let module = self
+            .inner
+            .ctx
+            .load_module(Ptx::from_src(ptx.clone()))
+            .map_err(|e| driver(e, "cuModuleLoadData"))?;
+        let p = Arc::new(UserProgram {
+            ptx,
+            module,
+            ctx: self.inner.ctx.clone(),
+            kernels: Mutex::new(HashMap::new()),
+        });
+        map.insert(key, p.clone());
+        Ok(p)
+    }
+
+    /// Compiles `source` (cached as [`CudaBackend::user_program`]) and returns its kernel
+    /// `name`.
+    ///
+    /// # Errors
+    /// As [`CudaBackend::user_program`] and [`UserProgram::kernel`].
+    pub fn user_kernel(&self, source: &str, options: &str, name: &str) -> Result<UserKernel> {
+        self.user_program(source, options)?.kernel(self, name)
+    }
+}
+
+impl UserProgram {
+    /// The PTX NVRTC produced.
+    pub fn ptx(&self) -> &str {
+        &self.ptx
+    }
+
+    /// The loaded cudarc module, for the caller's own launches (`load_function`).
+    pub fn native(&self) -> &Arc<CudaModule> {
+        &self.module
+    }
+
+    /// The kernel `name` (an `extern "C"` kernel's C name), looked up once; `backend` is the
+    /// handle the program was compiled with (its device limits check the launches).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when the PTX has no entry of that name (a name with a NUL
+    /// byte included); [`Error::DeviceMismatch`] when `backend` has another context; driver
+    /// errors of the function queries.
+    pub fn kernel(&self, backend: &CudaBackend, name: &str) -> Result<UserKernel> {
+        if self.ctx.cu_ctx() != backend.inner.ctx.cu_ctx() {
+            return Err(Error::DeviceMismatch("the program was built for another CUDA context".into()));
+        }
+        let mut kernels = self.kernels.lock();
+        if let Some(k) = kernels.get(name) {
+            return Ok(k.clone());
+        }
+        // Found in the PTX first: the name is an entry there, so it has no NUL byte (cudarc
+        // would panic making a C string of it).
+        let signature = Signature::find(&self.ptx, name)?;
+        backend.bind()?;
+        let function = self
+            .module
+            .load_function(name)
+            .map_err(|e| driver(e, &format!("cuModuleGetFunction({name})")))?;
+        let fattr = |a: CUfunction_attribute, what: &str| -> Result<usize> {
+            let v = function.get_attribute(a).map_err(|e| driver(e, what))?;
+            Ok(usize::try_from(v).unwrap_or(0))
+        };
+        let dattr = |a: CUdevice_attribute, what: &str| -> Result<usize> {
+            let v = backend.inner.ctx.attribute(a).map_err(|e| driver(e, what))?;
+            Ok(usize::try_from(v).unwrap_or(0))
+        };
+        use CUdevice_attribute::*;
+        let limits = Limits {
+            max_threads: fattr(
+                CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK,
+                "CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK",
+            )?,
+            max_block: [
+                dattr(CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X, "MAX_BLOCK_DIM_X")?,
+                dattr(CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y, "MAX_BLOCK_DIM_Y")?,
+                dattr(CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z, "MAX_BLOCK_DIM_Z")?,
+            ],
+            max_grid: [
+                dattr(CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X, "MAX_GRID_DIM_X")?,
+                dattr(CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y, "MAX_GRID_DIM_Y")?,
+                dattr(CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z, "MAX_GRID_DIM_Z")?,
+            ],
+        };
+        let max_dynamic_shared = fattr(
+            CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+            "CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES",
+        )?;
+        let k = UserKernel {
+            inner: Arc::new(KernelInner {
+                function,
+                signature,
+                limits,
+                max_dynamic_shared,
+                ctx: self.ctx.clone(),
+            }),
+        };
+        kernels.insert(name.to_string(), k.clone());
+        Ok(k)
+    }
+}
+
+/// A parameter value, kept in place while the driver reads it.
+enum Slot {
+    B64(u64),
+    B32(u32),
+    F32(f32),
+    F64(f64),
+}
+
+impl UserKernel {
+    /// The kernel's name.
+    pub fn name(&self) -> &str {
+        &self.inner.signature.name
+    }
+
+    /// How many arguments the kernel takes (its PTX parameters; a `Local` is not one).
+    pub fn num_args(&self) -> usize {
+        self.inner.signature.params.len()
+    }
+
+    /// The parameters as the PTX declares them.
+    pub fn signature(&self) -> &Signature {
+        &self.inner.signature
+    }
+
+    /// The cudarc function, for cudarc's launch builder.
+    pub fn native(&self) -> &CudaFunction {
+        &self.inner.function
+    }
+
+    /// Checks `args` as [`Signature::check_args`] does, and the dynamic shared memory
+    /// against the kernel's limit; returns the bytes of dynamic shared memory.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] naming the first mismatch.
+    pub fn check_args(&self, args: &[CudaArg<'_>]) -> Result<usize> {
+        let shared = self.inner.signature.check_args(args)?;
+        if shared > self.inner.max_dynamic_shared {
+            return Err(Error::invalid(format!(
+                "kernel {} asks for {shared} bytes of dynamic shared memory, it takes at most {}",
+                self.name(),
+                self.inner.max_dynamic_shared
+            )));
+        }
+        Ok(shared)
+    }
+
+    /// Launches the kernel on `stream` after checking the arguments ([`UserKernel::check_args`])
+    /// and the work sizes (`Launch` dimension 0 is `x`; see [`crate::geometry`]); the
+    /// returned event completes with the kernel. Memory arguments are passed as their
+    /// allocation's base address: pass a view's element offset as a separate argument
+    /// ([`crate::interop::view_parts`]).
+    ///
+    /// A buffer must stay alive until the kernel is done: gpubuf frees memory in order on
+    /// the legacy default stream, which waits for gpubuf's streams, so dropping it right
+    /// after a launch on a gpubuf stream is safe; on a non-blocking stream it is not.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for arguments that do not match the kernel or work sizes
+    /// over the limits; [`Error::DeviceMismatch`] for a stream or buffer of another
+    /// context; driver errors (`OutOfMemory` when the launch runs out of resources).
+    pub fn launch(&self, stream: &CudaStream, launch: &Launch, args: &[CudaArg<'_>]) -> Result<CudaEvent> {
+        let inner = &*self.inner;
+        let shared = self.check_args(args)?;
+        let geo = geometry(launch, &inner.limits)?;
+        let ctx = inner.ctx.cu_ctx();
+        if stream.owner.ctx.cu_ctx() != ctx {
+            return Err(Error::DeviceMismatch(format!(
+                "kernel {} launched on a stream of another context",
+                self.name()
+            )));
+        }
+        let mut slots = Vec::with_capacity(args.len());
+        for (i, a) in args.iter().enumerate() {
+            slots.push(match a {
+                KernelArg::Memory(m) => {
+                    if m.ctx.cu_ctx() != ctx {
+                        return Err(Error::DeviceMismatch(format!(
+                            "argument {i} of {} is memory of another CUDA context",
+                            self.name()
+                        )));
+                    }
+                    Slot::B64(m.ptr)
+                }
+                KernelArg::U64(v) => Slot::B64(*v),
+                KernelArg::I64(v) => Slot::B64(*v as u64),
+                KernelArg::U32(v) => Slot::B32(*v),
+                KernelArg::I32(v) => Slot::B32(*v as u32),
+                KernelArg::F32(v) => Slot::F32(*v),
+                KernelArg::F64(v) => Slot::F64(*v),
+                KernelArg::Local(_) => continue,
+            });
+        }
+        let mut params: Vec<*mut c_void> = slots
+            .iter_mut()
+            .map(|s| match s {
+                Slot::B64(v) => v as *mut u64 as *mut c_void,
+                Slot::B32(v) => v as *mut u32 as *mut c_void,
+                Slot::F32(v) => v as *mut f32 as *mut c_void,
+                Slot::F64(v) => v as *mut f64 as *mut c_void,
+            })
+            .collect();
+        // Within the kernel's dynamic shared limit (an `int`), checked above.
+        let shared = u32::try_from(shared).map_err(|_| Error::invalid("shared memory size exceeds u32"))?;
+        let _span = tracing::trace_span!("cuda.user_launch", kernel = %self.name()).entered();
+        inner.ctx.bind_to_thread().map_err(|e| driver(e, "cuCtxSetCurrent"))?;
+        // SAFETY: check_args matched every value to its PTX parameter: one pointer per
+        // parameter, each to a value of the parameter's size (8 bytes for .u64/.s64/.b64
+        // and .f64, 4 for .u32/.s32/.b32 and .f32); `slots` outlives the call (the driver
+        // copies the values at launch); the function, stream and memory belong to this
+        // context; the grid and block are within the device's and kernel's limits, and the
+        // dynamic shared memory within the kernel's.
+        unsafe {
+            result::launch_kernel(
+                inner.function.cu_function(),
+                geo.grid,
+                geo.block,
+                shared,
+                stream.raw,
+                &mut params,
+            )
+        }
+        .map_err(|e| maybe_oom(e, &format!("cuLaunchKernel({})", self.name()), 0))?;
+        let raw = result::event::create(CUevent_flags::CU_EVENT_DISABLE_TIMING)
+            .map_err(|e| driver(e, "cuEventCreate"))?;
+        let ev = CudaEvent::created(raw, inner.ctx.clone());
+        // SAFETY: a live event and stream of this context.
+        unsafe { result::event::record(ev.raw, stream.raw) }.map_err(|e| driver(e, "cuEventRecord"))?;
+        Ok(ev)
+    }
+}
