@@ -6,8 +6,8 @@ use gpubuf::bufferizer::Input;
 use gpubuf::halo::{Boundary, Dim, HaloDataTransformer, HaloExchangeSpec, QuantityHaloSpec};
 use gpubuf::mirror::DirtyPolicy;
 use gpubuf::{
-    Allocator, Backend, BackendKind, Bufferizer, DType, Device, Error, Kernels, MemRef, MemoryPool, Mirror,
-    NDBuffer, Result,
+    Allocator, Backend, BackendKind, Bufferizer, DType, Device, Error, Kernels, MemoryPool, Mirror, NDBuffer,
+    Result,
 };
 use gpubuf_testkit::exec;
 use gpubuf_testkit::strategies::{bytes, plan_case, PlanCase};
@@ -238,15 +238,14 @@ fn opencl_compiled_out_is_backend_unavailable() {
     assert_compiled_out(BackendKind::OpenCl, Device::opencl);
 }
 
-fn mismatch<T: std::fmt::Debug>(r: Result<T>) {
-    assert!(matches!(r, Err(Error::DeviceMismatch(_))), "expected DeviceMismatch, got {r:?}");
-}
-
 /// Memory, streams, events and plans of one backend given to a device of another.
 #[cfg(feature = "opencl")]
 #[test]
 fn another_backends_objects_are_device_mismatch() -> Result<()> {
-    use gpubuf::{CopyPlan, Segment};
+    use gpubuf::{CopyPlan, MemRef, Segment};
+    fn mismatch<T: std::fmt::Debug>(r: Result<T>) {
+        assert!(matches!(r, Err(Error::DeviceMismatch(_))), "expected DeviceMismatch, got {r:?}");
+    }
     let Some(cl) = device_opencl() else { return Ok(()) };
     let cpu = device_cpu();
     assert!(!cpu.same_device(&cl) && !cl.same_device(&cpu));
