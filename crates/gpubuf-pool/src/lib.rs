@@ -6,6 +6,14 @@
 //! GPU programs need: an out-of-memory ladder, a memory limit, bounded held memory,
 //! thread safety and stream-safe reuse.
 //!
+//! `NDBuffer`s come straight from a pool with [`MemoryPool::empty`] (contents unspecified:
+//! a reused block holds what its last user wrote), [`MemoryPool::zeros`],
+//! [`MemoryPool::full`], [`MemoryPool::from_slice`] and [`MemoryPool::from_ndarray`].
+//! A pool over the backend itself uses its `allocate` (which may back memory lazily);
+//! over [`ImmediateAllocator`] the memory exists when the pool gets it, so an
+//! out-of-memory reaches the pool's retry ladder instead of the first kernel that touches
+//! the memory (use it on OpenCL, or with a limit).
+//!
 //! ```
 //! use gpubuf_cpu::CpuBackend;
 //! use gpubuf_pool::MemoryPool;

@@ -31,10 +31,14 @@
 
 #[cfg(feature = "cpu")]
 pub mod device;
+#[cfg(doctest)]
+mod doctests;
 mod select;
 
 #[cfg(feature = "cpu")]
 pub use device::Device;
+/// The ndarray crate (version 0.17) that gpubuf's host interop speaks.
+pub use gpubuf_buffer::ndarray;
 /// The ndarray crate (version 0.17) that gpubuf's host interop speaks.
 pub use gpubuf_buffer::ndarray;
 pub use gpubuf_buffer::{Buffer, NDBuffer};
@@ -56,6 +60,8 @@ pub use select::{compiled, devices, status, with_backend, BackendStatus, Backend
 /// The CPU backend crate.
 #[cfg(feature = "cpu")]
 pub use gpubuf_cpu as cpu;
+#[cfg(feature = "cpu")]
+pub use gpubuf_cpu::CpuView;
 #[cfg(feature = "cpu")]
 pub use gpubuf_cpu::CpuView;
 /// The CUDA backend crate.
