@@ -39,8 +39,6 @@ mod select;
 pub use device::Device;
 /// The ndarray crate (version 0.17) that gpubuf's host interop speaks.
 pub use gpubuf_buffer::ndarray;
-/// The ndarray crate (version 0.17) that gpubuf's host interop speaks.
-pub use gpubuf_buffer::ndarray;
 pub use gpubuf_buffer::{Buffer, NDBuffer};
 /// The bufferizer crate.
 pub use gpubuf_bufferizer as bufferizer;
@@ -60,8 +58,6 @@ pub use select::{compiled, devices, status, with_backend, BackendStatus, Backend
 /// The CPU backend crate.
 #[cfg(feature = "cpu")]
 pub use gpubuf_cpu as cpu;
-#[cfg(feature = "cpu")]
-pub use gpubuf_cpu::CpuView;
 #[cfg(feature = "cpu")]
 pub use gpubuf_cpu::CpuView;
 /// The CUDA backend crate.
