@@ -12,6 +12,10 @@ use std::sync::Arc;
 #[path = "interop/opencl.rs"]
 mod opencl;
 
+#[cfg(feature = "cuda")]
+#[path = "interop/cuda.rs"]
+mod cuda;
+
 /// The system allocator, counting frees of one watched address; byte allocations of
 /// [`ODD`] bytes are placed one byte past an 8-byte boundary (legal for alignment 1), so a
 /// test can make a `Vec` that is not adoptable.
