@@ -6,6 +6,12 @@
 //! vector rotation a choice of source plus a sign), so packing and unpacking are each one
 //! launch, with no index arrays.
 //!
+//! [`HaloExchangeSpec::for_boundary`] exchanges across one edge with a neighbour (pack and
+//! unpack the same edge); [`HaloExchangeSpec::periodic`] wraps an array onto itself (pack
+//! an edge, unpack into the opposite one), and [`HaloDataTransformer::loopback`] hands the
+//! pack buffer to the unpack buffer on the device, so a periodic domain on one rank is
+//! pack, loopback, unpack.
+//!
 //! ```
 //! use gpubuf_core::{DType, Order};
 //! use gpubuf_buffer::NDBuffer;
