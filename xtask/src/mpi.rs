@@ -59,7 +59,7 @@ fn demo(tally: &mut Tally) {
         return;
     };
     let checksum = |n: &str| -> Option<String> {
-        let out = std::env::temp_dir().join(format!("gpubuf-demo-{n}.svg"));
+        let out = std::env::temp_dir().join(format!("gpubuf-demo-{n}.png"));
         let mut cmd = mpirun(n);
         cmd.arg(&bin).args(["demo", "--size", "64", "--steps", "40", "--out"]).arg(&out);
         let (lines, ok) = run_tee(&mut cmd);

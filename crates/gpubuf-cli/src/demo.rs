@@ -1,22 +1,28 @@
 //! `gpubuf demo`: heat diffusion on a periodic square domain, decomposed over MPI ranks
-//! (or one process), using every gpubuf component:
-//! * halo updates every step (`HaloUpdater` across ranks, a self-exchanging
-//!   `HaloDataTransformer` in one process), their buffers from a `MemoryPool`;
-//! * a `Mirror` of the local field: the host computes the stencil, `sync` uploads the
-//!   interior it changed, the device halo update is brought back with `download`;
-//! * a `Mirror` of the parameters (diffusivity, source strength), changed every 50 steps;
-//! * a `Bufferizer` batching field snapshots on the device.
+//! (or one process), computed on the device and using every gpubuf component:
+//! * a `Mirror` of the local field: one upload before the step loop, one download after;
+//! * the 5-point stencil on the device (`stencil.rs`: rayon on the CPU backend, an OpenCL
+//!   C kernel, a CUDA kernel) from one device array into another, swapped every step; the
+//!   parameters (diffusivity, source strength, changed every 50 steps) are kernel scalars;
+//! * halo updates every step on the device (`HaloUpdater` across ranks, staged through
+//!   the host for MPI; a self-exchanging `HaloDataTransformer` in one process), their
+//!   buffers, and the second field, from a `MemoryPool`;
+//! * a `Bufferizer` batching field snapshots, device to device.
 //!
 //! The result (checksum of the global field in row-major order) is the same with any
 //! number of ranks and on every backend: every cell is updated with the same arithmetic.
 
 use crate::bench::progress;
+use crate::stencil::Stencil;
 use gpubuf::bufferizer::Bufferizer;
 use gpubuf::halo::{Boundary, Dim, HaloDataTransformer, HaloExchangeSpec, QuantityHaloSpec};
 use gpubuf::mirror::{DirtyPolicy, Mirror};
 use gpubuf::pool::MemoryPool;
-use gpubuf::{with_backend, Allocator, BackendKind, BackendVisitor, DType, Error, Kernels, Result};
-use ndarray::{Array2, ArrayD, IxDyn};
+use gpubuf::{
+    with_backend, Allocator, BackendKind, BackendVisitor, Buffer, DType, Error, Kernels, NDBuffer, Order,
+    Result,
+};
+use ndarray::{ArrayD, IxDyn};
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -26,7 +32,7 @@ pub struct DemoOptions {
     pub size: usize,
     /// Time steps.
     pub steps: usize,
-    /// Where to write the final field (`.svg`).
+    /// Where to write the final field as an image (`.png`, or `.svg`).
     pub out: Option<PathBuf>,
     /// Snapshot every this many steps.
     pub snapshot_every: usize,
@@ -34,21 +40,29 @@ pub struct DemoOptions {
 
 /// How the halo of the local field is refreshed: across ranks, or by exchanging with itself.
 pub(crate) trait Exchange<B: Kernels> {
-    /// Refreshes the halo of `field`.
-    fn update(&mut self, field: &gpubuf::NDBuffer<B, f64>) -> Result<()>;
+    /// Queues the refresh of the halo of `field` on the default stream (it may also wait
+    /// for it, as an MPI exchange does).
+    fn update(&mut self, field: &NDBuffer<B, f64>) -> Result<()>;
+    /// Bytes one update moves between host and device on this rank.
+    fn host_bytes(&self) -> u64;
     /// Gathers every rank's interior (row-major blocks) on rank 0.
     fn gather(&self, local: &[f64]) -> Result<Option<Vec<Vec<f64>>>>;
 }
 
-/// One process: the field's own interior edges fill its halo (periodic).
-#[cfg_attr(feature = "mpi", allow(dead_code))]
-struct SelfExchange<B: Kernels> {
+/// One process: the field's own interior edges fill its halo (periodic), all on the
+/// device: pack, copy the pack buffer into the unpack buffer, unpack; nothing waits.
+pub(crate) struct SelfExchange<B: Kernels> {
     t: HaloDataTransformer<B, f64>,
+    /// The transformer's pack buffer (the same device memory), taken once.
+    sent: Buffer<B>,
 }
 
-#[cfg_attr(feature = "mpi", allow(dead_code))]
 impl<B: Kernels> SelfExchange<B> {
-    fn new<A: gpubuf::Allocator<Memory = B::Memory>>(
+    /// The exchange of a field of `spec` with itself, buffers from `pool`.
+    ///
+    /// # Errors
+    /// Spec and allocation errors.
+    pub(crate) fn new<A: Allocator<Memory = B::Memory>>(
         b: &B,
         pool: &MemoryPool<A>,
         spec: &QuantityHaloSpec,
@@ -64,18 +78,22 @@ impl<B: Kernels> SelfExchange<B> {
                 })
             })
             .collect::<Result<Vec<_>>>()?;
-        Ok(SelfExchange { t: HaloDataTransformer::with_pool(b, pool, specs, None)? })
+        let t = HaloDataTransformer::with_pool(b, pool, specs, None)?;
+        let sent = t.pack_buffer()?.clone();
+        Ok(SelfExchange { t, sent })
     }
 }
 
 impl<B: Kernels> Exchange<B> for SelfExchange<B> {
-    fn update(&mut self, field: &gpubuf::NDBuffer<B, f64>) -> Result<()> {
-        let q = vec![field; Boundary::ALL.len()];
+    fn update(&mut self, field: &NDBuffer<B, f64>) -> Result<()> {
+        let q = [field; Boundary::ALL.len()];
+        // All three on the transformer's stream (the default stream), in order.
         self.t.async_pack(&q, None)?;
-        let sent = self.t.pack_buffer()?.clone();
-        self.t.receive(&sent)?;
-        self.t.async_unpack(&q, None)?;
-        self.t.synchronize()
+        self.t.receive(&self.sent)?;
+        self.t.async_unpack(&q, None)
+    }
+    fn host_bytes(&self) -> u64 {
+        0
     }
     fn gather(&self, local: &[f64]) -> Result<Option<Vec<Vec<f64>>>> {
         Ok(Some(vec![local.to_vec()]))
@@ -193,12 +211,35 @@ pub(crate) fn check_memory<B: Kernels>(
     Ok(())
 }
 
+/// What a run measured; the field only on rank 0.
+pub(crate) struct Outcome {
+    /// The global field (row-major, y outer) on rank 0, `None` on other ranks.
+    pub global: Option<Vec<f64>>,
+    /// Seconds of the timed step loop.
+    pub secs: f64,
+    /// Snapshot batches the bufferizer filled.
+    pub batches: usize,
+    /// Bytes that crossed between host and device on this rank in the timed loop.
+    pub host_bytes: u64,
+}
+
+/// The parameters of step `step`: diffusivity and source strength, changed every 50 steps.
+fn params(step: usize) -> (f64, f64) {
+    let phase = step / 50;
+    (0.2 - 0.02 * (phase % 5) as f64, if phase % 2 == 0 { 0.001 } else { 0.0 })
+}
+
 /// Runs the simulation on `b` for rank `rank` of a `layout` decomposition; `make_exchange`
 /// builds the halo exchange for the local field. Before anything is allocated the options
 /// and this rank's memory are checked and the outcome passed through `agree`, which
 /// returns an error on every rank when any rank failed (MPI) so that none of them goes on
-/// alone. Returns, on rank 0, the global field (row-major, y outer), the elapsed seconds
-/// and the snapshot batches taken.
+/// alone.
+///
+/// The field lives on the device for the whole loop: the mirror uploads it once and
+/// downloads it once, outside the timed loop; each step refreshes the halo on the device,
+/// runs the stencil from one device array into the other (the mirror's and one from the
+/// pool) and swaps them; snapshots are device-to-device bufferizer appends. The only
+/// host traffic in the loop is what the exchange stages (MPI messages).
 pub(crate) fn simulate<B: Kernels, E: Exchange<B>>(
     b: &B,
     opts: &DemoOptions,
@@ -206,7 +247,7 @@ pub(crate) fn simulate<B: Kernels, E: Exchange<B>>(
     layout: (usize, usize),
     agree: impl FnOnce(Result<()>) -> Result<()>,
     make_exchange: impl FnOnce(&B, &MemoryPool<B>, &QuantityHaloSpec) -> Result<E>,
-) -> Result<Option<(Vec<f64>, f64, usize)>> {
+) -> Result<Outcome> {
     agree(check_options(opts, layout).and_then(|()| check_memory(b, opts, layout, rank)))?;
     let n = opts.size;
     let (ny, nx) = layout;
@@ -215,6 +256,7 @@ pub(crate) fn simulate<B: Kernels, E: Exchange<B>>(
     let pool = MemoryPool::new(b.clone());
     let spec = QuantityHaloSpec::centered(&[Dim::X, Dim::Y], &[lx, ly], 1, 0, DType::F64)?;
     let mut exchange = make_exchange(b, &pool, &spec)?;
+    let stencil = Stencil::new(b)?;
     // The local field, halo included; dims (x, y): element [a, c] is cell (x, y).
     let init = ArrayD::from_shape_fn(IxDyn(&spec.shape), |ix| {
         let (a, c) = (ix[0], ix[1]);
@@ -225,64 +267,61 @@ pub(crate) fn simulate<B: Kernels, E: Exchange<B>>(
         }
     });
     let mut field = Mirror::new(b, init.view(), DirtyPolicy::exact(), None)?;
-    let mut params =
-        Mirror::new(b, ndarray::arr1(&[0.2f64, 0.0]).into_dyn().view(), DirtyPolicy::exact(), None)?;
-    let interior = field.view(&[1..lx + 1, 1..ly + 1])?;
-    let halo_views: Vec<_> = Boundary::ALL
-        .iter()
-        .map(|&bd| spec.boundary_slices(bd, false).and_then(|r| field.view(&r)))
-        .collect::<Result<_>>()?;
+    drop(init);
+    let bytes = spec.shape.iter().product::<usize>() * std::mem::size_of::<f64>();
+    let spare = pool.allocate_on(bytes, b, b.default_stream())?.into_buffer(b)?;
+    let spare = NDBuffer::<B, f64>::from_buffer(spare, &spec.shape, Order::C)?;
     let mut snapshots = Bufferizer::<B, f64>::builder(b, &[lx, ly], SNAPSHOT_BATCH).pool(&pool).build()?;
     let mut batches = 0usize;
+    let (mut cur, mut next) = (field.device().clone(), spare.clone());
+    // Warm-up (kernel specialisation on first launch): both are idempotent, the halo
+    // refresh of the initial field and its first stencil into the spare array.
+    exchange.update(&cur)?;
+    let (alpha, source) = params(0);
+    stencil.step(b, &cur, &next, alpha, source)?;
+    b.synchronize(b.default_stream())?;
     let pb =
         if rank == 0 { progress(opts.steps as u64, "diffusion") } else { indicatif::ProgressBar::hidden() };
+    let mut host_bytes = 0u64;
     let t0 = Instant::now();
     for step in 0..opts.steps {
-        if step % 50 == 0 {
-            // The parameters change now and then: only the changed bytes go up.
-            let p = params.full();
-            params.write(&p, |mut v| {
-                v[[0]] = 0.2 - 0.02 * ((step / 50) % 5) as f64;
-                v[[1]] = if (step / 50) % 2 == 0 { 0.001 } else { 0.0 };
-            })?;
-            params.sync()?;
-        }
-        // Refresh the halo on the device, then bring exactly those bytes back.
-        field.sync()?;
-        exchange.update(field.device())?;
-        for v in &halo_views {
-            field.mark_device_dirty(v)?;
-        }
-        field.download()?;
-        // The 5-point stencil on the host, written back through the mirror.
-        let (alpha, source) = (params.host()[[0]], params.host()[[1]]);
-        let u = field.host();
-        let next = Array2::from_shape_fn((lx, ly), |(a, c)| {
-            let (a, c) = (a + 1, c + 1);
-            let centre = u[[a, c]];
-            let lap = u[[a - 1, c]] + u[[a + 1, c]] + u[[a, c - 1]] + u[[a, c + 1]] - 4.0 * centre;
-            centre + alpha * lap + source
-        });
-        field.copy_from(&interior, next.into_dyn().view())?;
+        let (alpha, source) = params(step);
+        exchange.update(&cur)?;
+        host_bytes = host_bytes.saturating_add(exchange.host_bytes());
+        stencil.step(b, &cur, &next, alpha, source)?;
+        std::mem::swap(&mut cur, &mut next);
         if opts.snapshot_every > 0 && step % opts.snapshot_every == 0 {
-            field.sync()?;
-            let snap = field.device().slice(&[1..lx + 1, 1..ly + 1])?;
-            snapshots.append(&snap)?;
+            snapshots.append(&cur.slice(&[1..lx + 1, 1..ly + 1])?)?;
             if snapshots.is_full() {
                 drop(snapshots.take_batch()?);
                 batches += 1;
             }
         }
+        if step % 50 == 49 {
+            // Keeps the queue a bounded number of steps ahead of the host.
+            b.synchronize(b.default_stream())?;
+        }
         pb.inc(1);
     }
-    field.sync()?;
+    b.synchronize(b.default_stream())?;
     let secs = t0.elapsed().as_secs_f64();
     pb.finish_and_clear();
+    // The final field back into the mirror's array (after an odd number of steps it is in
+    // the spare one), then down to the host.
+    if cur.buffer().overlaps(spare.buffer()) {
+        field.device().copy_from(&cur)?;
+    }
+    drop((cur, next, spare));
+    let interior = field.view(&[1..lx + 1, 1..ly + 1])?;
+    field.mark_device_dirty(&interior)?;
+    field.download()?;
     // Row-major local interior (y outer, x inner), then the global field on rank 0.
     let u = field.host();
     let local: Vec<f64> =
         (0..ly).flat_map(|c| (0..lx).map(move |a| (a, c))).map(|(a, c)| u[[a + 1, c + 1]]).collect();
-    let Some(blocks) = exchange.gather(&local)? else { return Ok(None) };
+    let Some(blocks) = exchange.gather(&local)? else {
+        return Ok(Outcome { global: None, secs, batches, host_bytes });
+    };
     let mut global = vec![0.0; n * n];
     for (r, block) in blocks.iter().enumerate() {
         let (bj, bi) = (r / nx, r % nx);
@@ -292,74 +331,46 @@ pub(crate) fn simulate<B: Kernels, E: Exchange<B>>(
             }
         }
     }
-    Ok(Some((global, secs, batches)))
+    Ok(Outcome { global: Some(global), secs, batches, host_bytes })
 }
 
-/// Writes the field as an SVG heat map (at most 256 x 256 cells drawn).
-///
-/// # Errors
-/// [`Error::ShapeMismatch`] when `field` does not hold `n * n` values; write errors.
-pub fn write_svg(path: &std::path::Path, field: &[f64], n: usize) -> Result<()> {
-    use std::fmt::Write as _;
-    if n.checked_mul(n) != Some(field.len()) {
-        return Err(Error::ShapeMismatch { expected: vec![n, n], got: vec![field.len()] });
-    }
-    let step = n.div_ceil(256).max(1);
-    let cells = n.div_ceil(step);
-    let px = 512.0 / cells as f64;
-    let (lo, hi) = field.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), &v| (l.min(v), h.max(v)));
-    let span = (hi - lo).max(1e-12);
-    let mut s = String::new();
-    let _ = write!(
-        s,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="512" height="512" shape-rendering="crispEdges">"#
-    );
-    for cy in 0..cells {
-        for cx in 0..cells {
-            let v = (field[(cy * step) * n + cx * step] - lo) / span;
-            let (r, g, bl) =
-                ((255.0 * v) as u8, (255.0 * (1.0 - (2.0 * v - 1.0).abs())) as u8, (255.0 * (1.0 - v)) as u8);
-            let _ = write!(
-                s,
-                r#"<rect x="{:.2}" y="{:.2}" width="{:.2}" height="{:.2}" fill="rgb({r},{g},{bl})"/>"#,
-                cx as f64 * px,
-                (cells - 1 - cy) as f64 * px,
-                px + 0.05,
-                px + 0.05
-            );
-        }
-    }
-    s.push_str("</svg>\n");
-    std::fs::write(path, s).map_err(|e| Error::invalid(format!("writing {}: {e}", path.display())))
-}
-
-#[cfg_attr(feature = "mpi", allow(dead_code))]
 struct Single<'a>(&'a DemoOptions);
 
 impl BackendVisitor for Single<'_> {
-    type Output = Option<(Vec<f64>, f64, usize)>;
-    fn visit<B: Kernels>(self, b: B) -> Result<Self::Output> {
+    type Output = Outcome;
+    fn visit<B: Kernels>(self, b: B) -> Result<Outcome> {
         simulate(&b, self.0, 0, (1, 1), |r| r, |b, pool, spec| SelfExchange::new(b, pool, spec))
     }
 }
 
-/// Prints the outcome of a run on rank 0.
-pub(crate) fn report(
-    kind: BackendKind,
-    ranks: usize,
-    opts: &DemoOptions,
-    out: Option<(Vec<f64>, f64, usize)>,
-) -> Result<()> {
-    let Some((global, secs, batches)) = out else { return Ok(()) };
+/// Runs the demo on `kind` in this process (one rank) and returns what it measured.
+///
+/// # Errors
+/// Backend and component errors.
+pub(crate) fn run_single(kind: BackendKind, opts: &DemoOptions) -> Result<Outcome> {
+    with_backend(kind, Single(opts))
+}
+
+/// Prints the outcome of a run on rank 0 and writes the field image.
+///
+/// # Errors
+/// Image errors.
+pub(crate) fn report(kind: BackendKind, ranks: usize, opts: &DemoOptions, out: Outcome) -> Result<()> {
+    let Some(global) = out.global else { return Ok(()) };
+    let steps = opts.steps.max(1) as f64;
     println!(
-        "demo: {n}x{n} heat diffusion, {steps} steps on {ranks} rank(s), backend {kind}: {:.1} steps/s, {batches} snapshot batches",
-        opts.steps as f64 / secs.max(1e-9),
+        "demo: {n}x{n} heat diffusion, {s} steps on {ranks} rank(s), backend {kind}: {:.1} steps/s, \
+         {:.0} host bytes/step, {} snapshot batches",
+        opts.steps as f64 / out.secs.max(1e-9),
+        out.host_bytes as f64 / steps,
+        out.batches,
         n = opts.size,
-        steps = opts.steps
+        s = opts.steps
     );
     println!("checksum {:016x} (sum {:.12e})", checksum(&global), global.iter().sum::<f64>());
     if let Some(path) = &opts.out {
-        write_svg(path, &global, opts.size)?;
+        let title = format!("heat, {} steps, backend {kind}, {ranks} rank(s)", opts.steps);
+        crate::plot::write_field(path, &global, opts.size, &title)?;
         println!("field written to {}", path.display());
     }
     Ok(())
@@ -371,6 +382,5 @@ pub(crate) fn report(
 /// Backend and component errors.
 #[cfg_attr(feature = "mpi", allow(dead_code))]
 pub fn run(kind: BackendKind, opts: &DemoOptions) -> Result<()> {
-    let out = with_backend(kind, Single(opts))?;
-    report(kind, 1, opts, out)
+    report(kind, 1, opts, run_single(kind, opts)?)
 }

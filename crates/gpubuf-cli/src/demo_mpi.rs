@@ -1,7 +1,7 @@
 //! The demo across MPI ranks (feature `mpi`): `mpirun -n 4 gpubuf demo`.
 
-use crate::demo::{layout_for, report, simulate, DemoOptions, Exchange};
-use gpubuf::halo::{QuantityHaloSpec, TilePartitioner};
+use crate::demo::{layout_for, report, simulate, DemoOptions, Exchange, Outcome};
+use gpubuf::halo::{Boundary, QuantityHaloSpec, TilePartitioner};
 use gpubuf::mpi::mpi::collective::SystemOperation;
 use gpubuf::mpi::mpi::topology::{Communicator, SimpleCommunicator};
 use gpubuf::mpi::mpi::traits::{CommunicatorCollectives, Root};
@@ -11,11 +11,32 @@ use gpubuf::{with_backend, BackendKind, BackendVisitor, Error, Kernels, NDBuffer
 struct MpiExchange<B: Kernels> {
     up: HaloUpdater<B, f64>,
     world: SimpleCommunicator,
+    /// Bytes one update stages through the host: every packed halo down, every received
+    /// one up.
+    staged: u64,
+}
+
+/// Bytes of one update's host staging for a field of `spec` with a neighbour across every
+/// boundary (periodic): each boundary's interior strip is read down to the host to be
+/// sent, and as many bytes are written up from the received message.
+fn staged_bytes(spec: &QuantityHaloSpec) -> Result<u64> {
+    let mut elements = 0usize;
+    for bd in Boundary::ALL {
+        let strip = spec.boundary_slices(bd, true)?.iter().try_fold(1usize, |n, r| n.checked_mul(r.len()));
+        elements = strip
+            .and_then(|s| elements.checked_add(s))
+            .ok_or_else(|| Error::invalid("halo size overflows"))?;
+    }
+    let bytes = elements.checked_mul(2 * std::mem::size_of::<f64>());
+    bytes.and_then(|b| u64::try_from(b).ok()).ok_or_else(|| Error::invalid("halo size overflows"))
 }
 
 impl<B: Kernels> Exchange<B> for MpiExchange<B> {
     fn update(&mut self, field: &NDBuffer<B, f64>) -> Result<()> {
         self.up.update(&[field], None)
+    }
+    fn host_bytes(&self) -> u64 {
+        self.staged
     }
     fn gather(&self, local: &[f64]) -> Result<Option<Vec<Vec<f64>>>> {
         let root = self.world.process_at_rank(0);
@@ -36,7 +57,7 @@ struct Ranks<'a> {
 }
 
 impl BackendVisitor for Ranks<'_> {
-    type Output = Option<(Vec<f64>, f64, usize)>;
+    type Output = Outcome;
     fn visit<B: Kernels>(self, b: B) -> Result<Self::Output> {
         let size = self.world.size() as usize;
         let layout = layout_for(size);
@@ -60,6 +81,7 @@ impl BackendVisitor for Ranks<'_> {
             Ok(MpiExchange {
                 up: HaloUpdater::new(b, self.world, &tiles, std::slice::from_ref(spec), None, "demo-field")?,
                 world: self.world.duplicate(),
+                staged: staged_bytes(spec)?,
             })
         })
     }

@@ -1,10 +1,18 @@
 //! `gpubuf info`.
 
-use gpubuf::{status, Result};
+use gpubuf::{status, Error, Result};
 use serde_json::json;
 
 fn gib(bytes: u64) -> String {
     format!("{:.1} GiB", bytes as f64 / (1u64 << 30) as f64)
+}
+
+/// Why a backend cannot be used, without repeating that it is unavailable.
+fn reason(e: &Error) -> String {
+    match e {
+        Error::BackendUnavailable { reason, .. } => reason.clone(),
+        other => other.to_string(),
+    }
 }
 
 /// Prints every backend's status.
@@ -48,7 +56,7 @@ pub fn run(as_json: bool) -> Result<()> {
                     );
                 }
             }
-            Err(e) if s.compiled => println!("{:<7} compiled in, unavailable: {e}", s.kind.name()),
+            Err(e) if s.compiled => println!("{:<7} compiled in, unavailable: {}", s.kind.name(), reason(e)),
             Err(_) => {
                 println!("{:<7} not compiled in (build with `--features {}`)", s.kind.name(), s.kind.name())
             }

@@ -1,4 +1,5 @@
-//! The `gpubuf` command: `info` lists backends and devices, `bench` measures.
+//! The `gpubuf` command: `info` lists backends and devices, `demo` runs the heat-diffusion
+//! demo on a backend, `bench` measures.
 
 mod bench;
 mod demo;
@@ -6,21 +7,68 @@ mod demo;
 mod demo_mpi;
 mod info;
 mod plot;
+mod stencil;
 #[cfg(feature = "cuda")]
-#[allow(dead_code)]
 mod stencil_cuda;
+#[cfg(feature = "opencl")]
+mod stencil_opencl;
 
-use clap::{Parser, Subcommand};
+use clap::{Parser, Subcommand, ValueEnum};
 use gpubuf::BackendKind;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-/// GPU memory toolkit: backends, buffers, copy plans.
+/// What `gpubuf --help` prints after the commands.
+const AFTER_HELP: &str = "\
+Docs: README.md (commands, examples), docs/benchmarks.md (every benchmark and its figures),
+docs/backends.md (each backend and what it needs), docs/mpi.md (the demo across ranks).
+
+Environment:
+  GPUBUF_OPENCL_DEVICE  OpenCL device: flat index, `platform:device`, or a name substring
+  GPUBUF_CUDA_DEVICE    CUDA device ordinal
+  GPUBUF_CL_CHUNK       elements per work-item of the OpenCL copy kernel on CPU devices (default 64)
+  GPUBUF_LOG            trace | debug | info: tracing spans around every copy and launch, on stderr
+  OCL_ICD_VENDORS       where the OpenCL loader looks for platforms (ocl-icd)
+  LD_LIBRARY_PATH       where libcuda and libnvrtc are found for the CUDA backend";
+
+/// What `gpubuf demo --help` prints after the options.
+const DEMO_AFTER_HELP: &str = "\
+Prints one line with the grid, steps, ranks, backend, steps/s, host bytes per step (bytes
+that crossed between host and device in the timed loop: none with one rank, the staged halo
+messages under MPI) and snapshot batches; then the checksum of the final field (the same on
+every backend and any number of ranks); then writes the field as an image (--out).
+
+Across MPI ranks (needs Open MPI, see docs/mpi.md):
+  cargo build --release -p gpubuf-cli --features mpi
+  mpirun -n 4 target/release/gpubuf demo";
+
+/// GPU memory toolkit: backends, buffers, copy plans, and a demo that uses them all.
 #[derive(Parser)]
-#[command(name = "gpubuf", version, about)]
+#[command(name = "gpubuf", version, about, after_help = AFTER_HELP)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
+}
+
+/// A backend on the command line.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum BackendArg {
+    /// Host memory and rayon (always available).
+    Cpu,
+    /// OpenCL (any platform: PoCL, a GPU driver).
+    Opencl,
+    /// CUDA (needs libcuda and NVRTC).
+    Cuda,
+}
+
+impl From<BackendArg> for BackendKind {
+    fn from(b: BackendArg) -> Self {
+        match b {
+            BackendArg::Cpu => BackendKind::Cpu,
+            BackendArg::Opencl => BackendKind::OpenCl,
+            BackendArg::Cuda => BackendKind::Cuda,
+        }
+    }
 }
 
 #[derive(Subcommand)]
@@ -31,36 +79,37 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Heat diffusion on a decomposed periodic domain using every component; run it under
-    /// `mpirun -n N` with a build that has the `mpi` feature.
+    /// Heat diffusion computed on the device with every component; steps/s and a checksum.
+    #[command(after_help = DEMO_AFTER_HELP)]
     Demo {
-        /// Backend: cpu, opencl, cuda.
-        #[arg(long, default_value = "cpu")]
-        backend: String,
+        /// Backend to compute on.
+        #[arg(long, value_enum, default_value_t = BackendArg::Cpu)]
+        backend: BackendArg,
         /// Cells per side of the global grid (1 to 2^20, and what fits in memory).
         #[arg(long, default_value_t = 256)]
         size: usize,
         /// Time steps (at most 10^9).
         #[arg(long, default_value_t = 200)]
         steps: usize,
-        /// SVG of the final field.
-        #[arg(long, default_value = "demo.svg")]
+        /// Image of the final field: a heat map with its colour scale (.png or .svg).
+        #[arg(long, default_value = "demo.png")]
         out: PathBuf,
         /// Snapshot the field into the bufferizer every this many steps (0: never).
         #[arg(long, default_value_t = 10)]
         snapshot_every: usize,
     },
-    /// Run a benchmark and print a table (or JSON), optionally an SVG plot.
+    /// Run a benchmark and print a table (or JSON), optionally a bar chart (PNG or SVG).
+    #[command(after_help = bench::help())]
     Bench {
-        /// Which benchmark (`gpubuf bench --list` names them).
+        /// Which benchmark (listed below and by `gpubuf bench --list`).
         name: Option<String>,
-        /// Backend to run on: cpu, opencl, cuda.
-        #[arg(long, default_value = "cpu")]
-        backend: String,
+        /// Backend to run on.
+        #[arg(long, value_enum, default_value_t = BackendArg::Cpu)]
+        backend: BackendArg,
         /// Print the report as JSON on stdout.
         #[arg(long)]
         json: bool,
-        /// Write a bar chart of the results to this SVG file.
+        /// Draw the results to this .png or .svg file: one panel per unit, value vs baseline.
         #[arg(long)]
         plot: Option<PathBuf>,
         /// Timed repetitions per case (the median is reported).
@@ -101,25 +150,27 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Info { json } => info::run(json),
         Command::Demo { backend, size, steps, out, snapshot_every } => {
-            backend.parse::<BackendKind>().and_then(|kind| {
+            plot::check_path(&out).and_then(|()| {
                 let opts = demo::DemoOptions { size, steps, out: Some(out), snapshot_every };
                 #[cfg(feature = "mpi")]
-                return demo_mpi::run(kind, &opts);
+                return demo_mpi::run(backend.into(), &opts);
                 #[cfg(not(feature = "mpi"))]
-                demo::run(kind, &opts)
+                demo::run(backend.into(), &opts)
             })
         }
-        Command::Bench { name, backend, json, plot, reps, quick, list } => {
-            if list || name.is_none() {
-                bench::list();
-                Ok(())
-            } else {
-                backend.parse::<BackendKind>().and_then(|kind| {
+        Command::Bench { name, backend, json, plot, reps, quick, list } => match name {
+            Some(name) if !list => {
+                let checked = plot.as_deref().map_or(Ok(()), plot::check_path);
+                checked.and_then(|()| {
                     let opts = bench::Options { reps: reps.max(1), quick, json, plot };
-                    bench::run(name.as_deref().unwrap_or_default(), kind, &opts)
+                    bench::run(&name, backend.into(), &opts)
                 })
             }
-        }
+            _ => {
+                bench::list();
+                Ok(())
+            }
+        },
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -59,66 +59,143 @@ fn bench_json_has_the_contract_shape() {
     }
 }
 
-#[test]
-fn bench_writes_an_svg_plot_and_rejects_other_formats() {
-    let path = std::env::temp_dir().join("gpubuf-copy-test.svg");
-    let _ = std::fs::remove_file(&path);
-    let out = gpubuf()
-        .args(["bench", "copy", "--quick", "--reps", "1", "--plot"])
-        .arg(&path)
-        .output()
-        .expect("runs");
-    assert!(out.status.success());
-    let svg = std::fs::read_to_string(&path).expect("plot written");
-    assert!(
-        svg.starts_with("<svg") && svg.contains("contig/gather_gbps") && svg.trim_end().ends_with("</svg>")
-    );
-    let out =
-        gpubuf().args(["bench", "copy", "--quick", "--reps", "1", "--plot", "x.png"]).output().expect("runs");
-    assert!(!out.status.success());
-    let out = gpubuf().args(["bench", "nope"]).output().expect("runs");
-    assert!(!out.status.success());
-    let out = gpubuf().args(["bench", "copy", "--backend", "tpu"]).output().expect("runs");
-    assert!(!out.status.success());
+/// The width and height of a PNG file, after checking its signature.
+fn png_size(path: &std::path::Path) -> (u32, u32) {
+    let bytes = std::fs::read(path).expect("image written");
+    assert!(bytes.starts_with(b"\x89PNG\r\n\x1a\n"), "{} is not a PNG", path.display());
+    assert_eq!(&bytes[12..16], b"IHDR");
+    let be = |at: usize| u32::from_be_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]]);
+    (be(16), be(20))
 }
 
-fn demo_checksum(backend: &str) -> Option<String> {
-    let out_svg = std::env::temp_dir().join(format!("gpubuf-demo-{backend}.svg"));
+#[test]
+fn bench_plots_png_or_svg_and_rejects_other_formats() {
+    let png = std::env::temp_dir().join("gpubuf-copy-test.png");
+    let _ = std::fs::remove_file(&png);
     let out = gpubuf()
-        .args(["demo", "--size", "64", "--steps", "60", "--backend", backend, "--out"])
-        .arg(&out_svg)
+        .args(["bench", "copy", "--quick", "--reps", "1", "--plot"])
+        .arg(&png)
         .output()
         .expect("runs");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    let svg = std::fs::read_to_string(&out_svg).expect("the field is written");
-    assert!(svg.starts_with("<svg") && svg.matches("<rect").count() == 64 * 64);
-    text.lines().find_map(|l| {
+    let (w, h) = png_size(&png);
+    assert!(w >= 600 && h >= 400, "{w}x{h}");
+    let svg = std::env::temp_dir().join("gpubuf-copy-test.svg");
+    let out = gpubuf()
+        .args(["bench", "copy", "--quick", "--reps", "1", "--plot"])
+        .arg(&svg)
+        .output()
+        .expect("runs");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = std::fs::read_to_string(&svg).expect("plot written");
+    assert!(text.contains("<svg") && text.contains("contig/gather_gbps") && text.contains("baseline"));
+    // Another extension is refused before anything is measured.
+    let out =
+        gpubuf().args(["bench", "copy", "--quick", "--reps", "1", "--plot", "x.txt"]).output().expect("runs");
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains(".png or .svg"));
+    let out = gpubuf().args(["bench", "nope"]).output().expect("runs");
+    assert!(!out.status.success());
+}
+
+#[test]
+fn a_bad_backend_is_a_usage_error() {
+    for cmd in [&["bench", "copy"][..], &["demo", "--size", "8"][..]] {
+        let out = gpubuf().args(cmd).args(["--backend", "tpu"]).output().expect("runs");
+        assert_eq!(out.status.code(), Some(2), "{cmd:?}: clap's usage error");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("invalid value 'tpu'") && err.contains("cpu, opencl, cuda"), "{err}");
+    }
+}
+
+/// Runs the demo; returns its stdout after checking the image it wrote.
+fn demo_run(backend: &str, size: usize, steps: usize) -> String {
+    let png = std::env::temp_dir().join(format!("gpubuf-demo-{backend}-{size}-{steps}.png"));
+    let _ = std::fs::remove_file(&png);
+    let out = gpubuf()
+        .args(["demo", "--size", &size.to_string(), "--steps", &steps.to_string(), "--backend", backend])
+        .arg("--out")
+        .arg(&png)
+        .output()
+        .expect("runs");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let (w, h) = png_size(&png);
+    assert!(w >= 500 && h >= 500, "{w}x{h}");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn checksum_of(stdout: &str) -> Option<String> {
+    stdout.lines().find_map(|l| {
         l.strip_prefix("checksum ").map(|c| c.split_whitespace().next().unwrap_or("").to_string())
     })
 }
 
-#[test]
-fn demo_runs_and_is_identical_on_cpu_and_opencl() {
-    let cpu = demo_checksum("cpu").expect("a checksum line");
-    assert_eq!(cpu.len(), 16);
-    // OpenCL where a device exists (the info JSON says so).
+fn opencl_available() -> bool {
     let v = info_json(&mut gpubuf());
-    let cl = v.iter().find(|b| b["backend"] == "opencl").map(|b| b["available"] == true).unwrap_or(false);
-    if cl {
-        assert_eq!(
-            demo_checksum("opencl").expect("a checksum line"),
-            cpu,
-            "CPU and OpenCL give the same field"
-        );
+    v.iter().find(|b| b["backend"] == "opencl").map(|b| b["available"] == true).unwrap_or(false)
+}
+
+/// Checksums of the host-computed stencil the demo ran before it moved to the device
+/// (size, steps, checksum): the device stencils must reproduce them bit for bit, after an
+/// even and an odd number of steps (the field ends in either device array).
+const HOST_CHECKSUMS: [(usize, usize, &str); 3] =
+    [(64, 60, "400e958e2a1d4834"), (64, 61, "8066592cb70833ac"), (3, 5, "44fe90f66e70f70d")];
+
+#[test]
+fn demo_matches_the_host_stencil_on_cpu_and_opencl() {
+    let mut backends = vec!["cpu"];
+    if opencl_available() {
+        backends.push("opencl");
+    }
+    for backend in backends {
+        for (size, steps, want) in HOST_CHECKSUMS {
+            let stdout = demo_run(backend, size, steps);
+            assert_eq!(checksum_of(&stdout).as_deref(), Some(want), "{backend} {size} {steps}: {stdout}");
+            // One rank: nothing crosses the host inside the step loop.
+            assert!(stdout.contains(" 0 host bytes/step"), "{stdout}");
+            assert!(stdout.contains(&format!("backend {backend}")), "{stdout}");
+        }
+    }
+}
+
+#[test]
+fn bench_demo_compares_against_the_cpu() {
+    let out = gpubuf().args(["bench", "demo", "--quick", "--reps", "1", "--json"]).output().expect("runs");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(v["bench"], "demo");
+    let results = v["results"].as_array().expect("results");
+    let names: Vec<&str> = results.iter().filter_map(|r| r["name"].as_str()).collect();
+    assert_eq!(
+        names,
+        ["steps_per_s/256", "host_bytes_per_step/256", "steps_per_s/1024", "host_bytes_per_step/1024"]
+    );
+    for r in results {
+        let value = r["value"].as_f64().expect("a value");
+        if r["unit"] == "steps/s" {
+            let base = r["baseline"].as_f64().expect("the CPU baseline");
+            assert!(value > 0.0 && base > 0.0, "{r}");
+            let ratio = r["ratio"].as_f64().expect("a ratio");
+            assert!((ratio - value / base).abs() < 1e-9 * ratio.max(1.0), "{r}");
+        } else {
+            assert_eq!((r["unit"].as_str(), value), (Some("B"), 0.0), "{r}");
+        }
+    }
+    if opencl_available() {
+        // The bench fails when the OpenCL field differs from the CPU's.
+        let out = gpubuf()
+            .args(["bench", "demo", "--quick", "--reps", "1", "--backend", "opencl"])
+            .output()
+            .expect("runs");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     }
 }
 
 /// Runs `gpubuf demo` with `args`; returns (exit code, stderr). A signal (an abort) has no
 /// exit code and fails the test.
 fn demo_failure(args: &[&str]) -> (i32, String) {
-    let out_svg = std::env::temp_dir().join("gpubuf-demo-refused.svg");
-    let out = gpubuf().arg("demo").args(args).arg("--out").arg(&out_svg).output().expect("runs");
+    let out_png = std::env::temp_dir().join("gpubuf-demo-refused.png");
+    let out = gpubuf().arg("demo").args(args).arg("--out").arg(&out_png).output().expect("runs");
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     let code = out.status.code().unwrap_or_else(|| panic!("demo {args:?} was killed: {stderr}"));
     assert!(!stderr.contains("panicked"), "demo {args:?} panicked: {stderr}");
@@ -153,7 +230,7 @@ fn demo_options_out_of_range_are_clear_errors() {
     // The smallest grid still runs.
     let out = gpubuf()
         .args(["demo", "--size", "1", "--steps", "2", "--out"])
-        .arg(std::env::temp_dir().join("gpubuf-demo-1.svg"))
+        .arg(std::env::temp_dir().join("gpubuf-demo-1.png"))
         .output()
         .expect("runs");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));

@@ -1,7 +1,8 @@
-//! The `gpubuf bench` frame: timing, progress bars, the report (table, JSON, SVG).
+//! The `gpubuf bench` frame: timing, progress bars, the report (table, JSON, a chart).
 
 mod bufferizer;
 mod copy;
+mod demo;
 mod halo;
 mod mirror;
 mod pool;
@@ -21,7 +22,7 @@ pub struct Options {
     pub quick: bool,
     /// JSON on stdout.
     pub json: bool,
-    /// SVG plot path.
+    /// Chart path (`.png` or `.svg`).
     pub plot: Option<PathBuf>,
 }
 
@@ -64,7 +65,7 @@ pub struct Report {
     pub results: Vec<Entry>,
 }
 
-const BENCHES: [(&str, &str); 5] = [
+const BENCHES: [(&str, &str); 6] = [
     (
         "copy",
         "copy-plan gather (contiguous, transpose, halo strips, reversed+negated) vs a plain device copy of the same bytes",
@@ -73,14 +74,24 @@ const BENCHES: [(&str, &str); 5] = [
     ("bufferizer", "bufferizer appends (64 B and 4.9 MB frames, from device and host) vs a plain copy"),
     ("mirror", "mirror sync after 102 sparse writes into 64 MiB: exact ranges vs glumpy's hull vs a full upload"),
     ("halo", "halo pack/unpack of NDSL-sized exchanges (c192 rotated and vector, c48 x30) vs a device copy"),
+    ("demo", "the demo's steps/s at 256^2 and 1024^2 vs the CPU backend, host bytes per step, checksums compared"),
 ];
+
+/// The benchmark list, as `gpubuf bench --list` and `gpubuf bench --help` print it.
+pub fn help() -> String {
+    let mut s = String::from(
+        "Benchmarks (gpubuf bench <name> [--backend cpu|opencl|cuda] [--json] [--plot FILE.png]):\n",
+    );
+    for (n, d) in BENCHES {
+        s.push_str(&format!("  {n:<10} {d}\n"));
+    }
+    s.push_str("Figures and what each case measures: docs/benchmarks.md");
+    s
+}
 
 /// Prints the benchmark names.
 pub fn list() {
-    println!("benchmarks (gpubuf bench <name> [--backend cpu|opencl|cuda] [--json] [--plot FILE.svg]):");
-    for (n, d) in BENCHES {
-        println!("  {n:<10} {d}");
-    }
+    println!("{}", help());
 }
 
 /// A progress bar on stderr (hidden when stderr is not a terminal).
@@ -131,6 +142,7 @@ impl BackendVisitor for Runner<'_> {
             "bufferizer" => bufferizer::run(&b, self.opts)?,
             "mirror" => mirror::run(&b, self.opts)?,
             "halo" => halo::run(&b, self.opts)?,
+            "demo" => demo::run(&b, self.opts)?,
             other => {
                 return Err(Error::invalid(format!("unknown benchmark {other:?}; see `gpubuf bench --list`")))
             }
@@ -151,7 +163,7 @@ pub fn run(name: &str, kind: BackendKind, opts: &Options) -> Result<()> {
         print_table(&report);
     }
     if let Some(path) = &opts.plot {
-        plot::write_svg(&report, path)?;
+        plot::write_report(&report, path)?;
         eprintln!("plot written to {}", path.display());
     }
     Ok(())
