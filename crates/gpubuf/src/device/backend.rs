@@ -11,7 +11,7 @@ use gpubuf_core::{
 /// Runs `$body` with `$b` bound to the held backend, typed as itself.
 macro_rules! each {
     ($dev:expr, $b:ident => $body:expr) => {
-        match &$dev.inner {
+        match &$dev.shared.inner {
             Inner::Cpu($b) => $body,
             #[cfg(feature = "opencl")]
             Inner::OpenCl($b) => $body,
@@ -74,14 +74,17 @@ fn with_ranges<'a, B: Variant, R>(
 impl Allocator for Device {
     type Memory = Memory;
 
+    #[inline]
     fn allocate(&self, bytes: usize) -> Result<Memory> {
         each!(self, b => wrap_memory(b, b.allocate(bytes)))
     }
 
+    #[inline]
     fn allocate_immediate(&self, bytes: usize) -> Result<Memory> {
         each!(self, b => wrap_memory(b, b.allocate_immediate(bytes)))
     }
 
+    #[inline]
     fn memory_info(&self) -> Option<MemoryInfo> {
         each!(self, b => b.memory_info())
     }
@@ -136,13 +139,15 @@ impl Backend for Device {
     /// A constant of the type, so it cannot follow the value: use [`Device::kind`].
     const KIND: BackendKind = BackendKind::Cpu;
 
+    #[inline]
     fn info(&self) -> DeviceInfo {
         each!(self, b => b.info())
     }
 
+    #[inline]
     /// Whether both hold the same backend and it says they share a device.
     fn same_device(&self, other: &Self) -> bool {
-        match (&self.inner, &other.inner) {
+        match (&self.shared.inner, &other.shared.inner) {
             (Inner::Cpu(a), Inner::Cpu(b)) => a.same_device(b),
             #[cfg(feature = "opencl")]
             (Inner::OpenCl(a), Inner::OpenCl(b)) => a.same_device(b),
@@ -153,52 +158,64 @@ impl Backend for Device {
         }
     }
 
+    #[inline]
     fn default_stream(&self) -> &Stream {
-        &self.default_stream
+        &self.shared.default_stream
     }
 
+    #[inline]
     /// The held backend's number for the stream. A stream of another backend gets
     /// `u64::MAX`, a number no stream of the held backend is given first.
     fn stream_id(&self, s: &Stream) -> u64 {
         each!(self, b => stream(b, s).map_or(u64::MAX, |s| b.stream_id(s)))
     }
 
+    #[inline]
     fn new_stream(&self) -> Result<Stream> {
         each!(self, b => wrap_stream(b, b.new_stream()))
     }
 
+    #[inline]
     fn write(&self, s: &Stream, dst: &Memory, offset: usize, src: &[u8]) -> Result<()> {
         each!(self, b => b.write(stream(b, s)?, memory(b, dst)?, offset, src))
     }
 
+    #[inline]
     fn read(&self, s: &Stream, src: &Memory, offset: usize, dst: &mut [u8]) -> Result<()> {
         each!(self, b => b.read(stream(b, s)?, memory(b, src)?, offset, dst))
     }
 
+    #[inline]
     fn copy(&self, s: &Stream, src: MemRef<'_, Memory>, dst: &Memory, dst_offset: usize) -> Result<()> {
         each!(self, b => b.copy(stream(b, s)?, range(b, src)?, memory(b, dst)?, dst_offset))
     }
 
+    #[inline]
     fn fill(&self, s: &Stream, dst: MemRef<'_, Memory>, pattern: &[u8]) -> Result<()> {
         each!(self, b => b.fill(stream(b, s)?, range(b, dst)?, pattern))
     }
 
+    #[inline]
     fn record_event(&self, s: &Stream) -> Result<Event> {
         each!(self, b => wrap_event(b, b.record_event(stream(b, s)?)))
     }
 
+    #[inline]
     fn event_complete(&self, e: &Event) -> Result<bool> {
         each!(self, b => b.event_complete(event(b, e)?))
     }
 
+    #[inline]
     fn wait_event(&self, e: &Event) -> Result<()> {
         each!(self, b => b.wait_event(event(b, e)?))
     }
 
+    #[inline]
     fn stream_wait(&self, s: &Stream, e: &Event) -> Result<()> {
         each!(self, b => b.stream_wait(stream(b, s)?, event(b, e)?))
     }
 
+    #[inline]
     fn synchronize(&self, s: &Stream) -> Result<()> {
         each!(self, b => b.synchronize(stream(b, s)?))
     }
@@ -207,10 +224,12 @@ impl Backend for Device {
 impl Kernels for Device {
     type Plan = Plan;
 
+    #[inline]
     fn prepare(&self, p: &CopyPlan, dtype: DType) -> Result<Plan> {
         each!(self, b => wrap_plan(b, b.prepare(p, dtype)))
     }
 
+    #[inline]
     fn gather(
         &self,
         s: &Stream,
@@ -221,6 +240,7 @@ impl Kernels for Device {
         each!(self, b => gather(b, s, p, sources, dst))
     }
 
+    #[inline]
     fn scatter(
         &self,
         s: &Stream,

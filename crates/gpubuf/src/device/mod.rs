@@ -26,13 +26,21 @@ mod parts;
 pub use parts::{Event, Memory, Plan, Stream};
 
 use gpubuf_core::{Backend, BackendKind, Error, Result};
+use std::sync::Arc;
 
 /// A device of whichever backend was chosen at run time: CPU always, OpenCL and CUDA when
 /// the `opencl` and `cuda` features of gpubuf are enabled.
 ///
-/// Cloning shares the device context, like cloning the backend it holds.
+/// Cloning shares the device context, like cloning the backend it holds, and costs one
+/// reference count.
 #[derive(Clone, Debug)]
 pub struct Device {
+    pub(crate) shared: Arc<Shared>,
+}
+
+/// What every clone of a [`Device`] shares.
+#[derive(Debug)]
+pub(crate) struct Shared {
     pub(crate) inner: Inner,
     /// The held backend's default stream, wrapped once (so `default_stream` can lend it).
     pub(crate) default_stream: Stream,
@@ -104,7 +112,7 @@ impl Device {
 
     /// Which backend this device holds.
     pub fn kind(&self) -> BackendKind {
-        match &self.inner {
+        match &self.shared.inner {
             Inner::Cpu(_) => BackendKind::Cpu,
             #[cfg(feature = "opencl")]
             Inner::OpenCl(_) => BackendKind::OpenCl,
@@ -115,7 +123,7 @@ impl Device {
 
     /// The CPU backend, when this is a CPU device.
     pub fn as_cpu(&self) -> Option<&gpubuf_cpu::CpuBackend> {
-        match &self.inner {
+        match &self.shared.inner {
             Inner::Cpu(b) => Some(b),
             #[allow(unreachable_patterns)]
             _ => None,
@@ -125,7 +133,7 @@ impl Device {
     /// The OpenCL backend, when this is an OpenCL device.
     #[cfg(feature = "opencl")]
     pub fn as_opencl(&self) -> Option<&gpubuf_opencl::OpenClBackend> {
-        match &self.inner {
+        match &self.shared.inner {
             Inner::OpenCl(b) => Some(b),
             _ => None,
         }
@@ -134,7 +142,7 @@ impl Device {
     /// The CUDA backend, when this is a CUDA device.
     #[cfg(feature = "cuda")]
     pub fn as_cuda(&self) -> Option<&gpubuf_cuda::CudaBackend> {
-        match &self.inner {
+        match &self.shared.inner {
             Inner::Cuda(b) => Some(b),
             _ => None,
         }
@@ -163,7 +171,7 @@ impl std::str::FromStr for Device {
 impl From<gpubuf_cpu::CpuBackend> for Device {
     fn from(b: gpubuf_cpu::CpuBackend) -> Self {
         let default_stream = Stream::Cpu(b.default_stream().clone());
-        Device { inner: Inner::Cpu(b), default_stream }
+        Device { shared: Arc::new(Shared { inner: Inner::Cpu(b), default_stream }) }
     }
 }
 
@@ -171,7 +179,7 @@ impl From<gpubuf_cpu::CpuBackend> for Device {
 impl From<gpubuf_opencl::OpenClBackend> for Device {
     fn from(b: gpubuf_opencl::OpenClBackend) -> Self {
         let default_stream = Stream::OpenCl(b.default_stream().clone());
-        Device { inner: Inner::OpenCl(b), default_stream }
+        Device { shared: Arc::new(Shared { inner: Inner::OpenCl(b), default_stream }) }
     }
 }
 
@@ -179,6 +187,6 @@ impl From<gpubuf_opencl::OpenClBackend> for Device {
 impl From<gpubuf_cuda::CudaBackend> for Device {
     fn from(b: gpubuf_cuda::CudaBackend) -> Self {
         let default_stream = Stream::Cuda(b.default_stream().clone());
-        Device { inner: Inner::Cuda(b), default_stream }
+        Device { shared: Arc::new(Shared { inner: Inner::Cuda(b), default_stream }) }
     }
 }

@@ -78,6 +78,7 @@ part_enum!(
 );
 
 impl DeviceMemory for Memory {
+    #[inline]
     fn len(&self) -> usize {
         match self {
             Memory::Cpu(m) => m.len(),
@@ -88,6 +89,7 @@ impl DeviceMemory for Memory {
         }
     }
 
+    #[inline]
     /// The held allocation's identifier. Allocations of different backends may share one;
     /// ranges of different backends never meet in one operation (that is a
     /// [`Error::DeviceMismatch`]).
@@ -103,6 +105,7 @@ impl DeviceMemory for Memory {
 }
 
 impl PreparedPlan for Plan {
+    #[inline]
     fn plan(&self) -> &CopyPlan {
         match self {
             Plan::Cpu(p) => p.plan(),
@@ -113,6 +116,7 @@ impl PreparedPlan for Plan {
         }
     }
 
+    #[inline]
     fn dtype(&self) -> DType {
         match self {
             Plan::Cpu(p) => p.dtype(),
