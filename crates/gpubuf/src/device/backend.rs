@@ -23,22 +23,34 @@ macro_rules! each {
 
 #[inline]
 fn memory<'m, B: Variant>(_: &B, m: &'m Memory) -> Result<&'m B::Memory> {
-    B::memory(m).ok_or_else(|| mismatch("an allocation", m.kind(), B::KIND))
+    match B::memory(m) {
+        Some(x) => Ok(x),
+        None => Err(mismatch("an allocation", m.kind(), B::KIND)),
+    }
 }
 
 #[inline]
 fn stream<'s, B: Variant>(_: &B, s: &'s Stream) -> Result<&'s B::Stream> {
-    B::stream(s).ok_or_else(|| mismatch("a stream", s.kind(), B::KIND))
+    match B::stream(s) {
+        Some(x) => Ok(x),
+        None => Err(mismatch("a stream", s.kind(), B::KIND)),
+    }
 }
 
 #[inline]
 fn event<'e, B: Variant>(_: &B, e: &'e Event) -> Result<&'e B::Event> {
-    B::event(e).ok_or_else(|| mismatch("an event", e.kind(), B::KIND))
+    match B::event(e) {
+        Some(x) => Ok(x),
+        None => Err(mismatch("an event", e.kind(), B::KIND)),
+    }
 }
 
 #[inline]
 fn plan<'p, B: Variant>(_: &B, p: &'p Plan) -> Result<&'p B::Plan> {
-    B::plan(p).ok_or_else(|| mismatch("a prepared plan", p.kind(), B::KIND))
+    match B::plan(p) {
+        Some(x) => Ok(x),
+        None => Err(mismatch("a prepared plan", p.kind(), B::KIND)),
+    }
 }
 
 #[inline]
@@ -163,7 +175,7 @@ impl Backend for Device {
         &self.shared.default_stream
     }
 
-    #[inline]
+    #[inline(always)]
     /// The held backend's number for the stream. A stream of another backend gets
     /// `u64::MAX`, a number no stream of the held backend is given first.
     fn stream_id(&self, s: &Stream) -> u64 {
@@ -195,12 +207,12 @@ impl Backend for Device {
         each!(self, b => b.fill(stream(b, s)?, range(b, dst)?, pattern))
     }
 
-    #[inline]
+    #[inline(always)]
     fn record_event(&self, s: &Stream) -> Result<Event> {
         each!(self, b => wrap_event(b, b.record_event(stream(b, s)?)))
     }
 
-    #[inline]
+    #[inline(always)]
     fn event_complete(&self, e: &Event) -> Result<bool> {
         each!(self, b => b.event_complete(event(b, e)?))
     }

@@ -128,7 +128,10 @@ impl PreparedPlan for Plan {
     }
 }
 
-/// The error for an object of backend `got` given to a device of backend `want`.
+/// The error for an object of backend `got` given to a device of backend `want`. Cold and
+/// out of line, so the checks that call it stay small enough to inline into hot paths.
+#[cold]
+#[inline(never)]
 pub(crate) fn mismatch(what: &str, got: BackendKind, want: BackendKind) -> Error {
     Error::DeviceMismatch(format!("{what} of the {got} backend given to a {want} device"))
 }
