@@ -23,6 +23,7 @@ use gpubuf::{
     Result,
 };
 use ndarray::{ArrayD, IxDyn};
+use std::io::Write as _;
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -358,7 +359,10 @@ pub(crate) fn run_single(kind: BackendKind, opts: &DemoOptions) -> Result<Outcom
 pub(crate) fn report(kind: BackendKind, ranks: usize, opts: &DemoOptions, out: Outcome) -> Result<()> {
     let Some(global) = out.global else { return Ok(()) };
     let steps = opts.steps.max(1) as f64;
-    println!(
+    // A closed stdout (`| head`) is not an error of the demo: the lines are dropped.
+    let mut stdout = std::io::stdout().lock();
+    let _ = writeln!(
+        stdout,
         "demo: {n}x{n} heat diffusion, {s} steps on {ranks} rank(s), backend {kind}: {:.1} steps/s, \
          {:.0} host bytes/step, {} snapshot batches",
         opts.steps as f64 / out.secs.max(1e-9),
@@ -367,11 +371,11 @@ pub(crate) fn report(kind: BackendKind, ranks: usize, opts: &DemoOptions, out: O
         n = opts.size,
         s = opts.steps
     );
-    println!("checksum {:016x} (sum {:.12e})", checksum(&global), global.iter().sum::<f64>());
+    let _ = writeln!(stdout, "checksum {:016x} (sum {:.12e})", checksum(&global), global.iter().sum::<f64>());
     if let Some(path) = &opts.out {
         let title = format!("heat, {} steps, backend {kind}, {ranks} rank(s)", opts.steps);
         crate::plot::write_field(path, &global, opts.size, &title)?;
-        println!("field written to {}", path.display());
+        let _ = writeln!(stdout, "field written to {}", path.display());
     }
     Ok(())
 }
