@@ -33,10 +33,10 @@ fn main() -> Result<()> {
 
     // One rank that is its own neighbour on every side: each edge's interior goes to the
     // opposite halo. Pack, hand the pack buffer to the unpack buffer on the device, unpack.
-    let specs = Boundary::ALL
-        .iter()
-        .map(|&b| HaloExchangeSpec::periodic(spec.clone(), b))
-        .collect::<Result<Vec<_>>>()?;
+    let mut specs = Vec::new();
+    for b in Boundary::ALL {
+        specs.push(HaloExchangeSpec::periodic(spec.clone(), b)?);
+    }
     let mut halo: HaloDataTransformer<Device, f64> =
         HaloDataTransformer::with_pool(&device, &pool, specs, None)?;
     let quantities = vec![&u; Boundary::ALL.len()]; // one array per spec, in spec order
