@@ -34,7 +34,7 @@ impl<B: Backend> Clone for Buffer<B> {
 impl<B: Backend> std::fmt::Debug for Buffer<B> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Buffer")
-            .field("backend", &B::KIND)
+            .field("backend", &self.backend().kind())
             .field("offset", &self.offset)
             .field("len", &self.len)
             .finish()

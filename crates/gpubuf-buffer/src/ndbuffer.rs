@@ -24,7 +24,7 @@ impl<B: Backend, T: Element> Clone for NDBuffer<B, T> {
 impl<B: Backend, T: Element> std::fmt::Debug for NDBuffer<B, T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("NDBuffer")
-            .field("backend", &B::KIND)
+            .field("backend", &self.buffer.backend().kind())
             .field("dtype", &T::DTYPE)
             .field("shape", &self.layout.shape())
             .field("strides", &self.layout.strides())

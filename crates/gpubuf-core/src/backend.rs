@@ -194,8 +194,15 @@ pub trait Backend: Allocator + Clone + fmt::Debug {
     /// A marker recorded on a stream that completes when the work before it has.
     type Event: Send + Sync + fmt::Debug;
 
-    /// Which backend this is.
+    /// Which backend this is. A handle that picks its backend at run time (`gpubuf::Device`)
+    /// cannot say it in a constant: ask [`Backend::kind`] of the value.
     const KIND: BackendKind;
+
+    /// Which backend this value is: [`Backend::KIND`], except for a handle that picks its
+    /// backend at run time, which names the one it holds.
+    fn kind(&self) -> BackendKind {
+        Self::KIND
+    }
 
     /// Name, vendor, memory and compute units of the device.
     fn info(&self) -> DeviceInfo;

@@ -278,10 +278,14 @@ impl<B: Backend> Backend for Gated<B> {
         self.inner.fill(&stream.inner, dst, pattern)
     }
 
+    fn kind(&self) -> BackendKind {
+        self.inner.kind()
+    }
+
     fn record_event(&self, stream: &GatedStream<B>) -> Result<GatedEvent<B>> {
         if self.shared.fail_records.load(Ordering::SeqCst) {
             return Err(Error::Driver {
-                backend: B::KIND,
+                backend: self.inner.kind(),
                 code: -1,
                 message: "record_event failed on demand (gpubuf_testkit::gated)".into(),
             });

@@ -212,6 +212,21 @@ fn constructors_and_accessors() -> Result<()> {
     Ok(())
 }
 
+/// Generic code asks the value which backend it is (`Backend::kind`): through a `Device`
+/// that is the backend it holds, not the type's constant.
+#[test]
+fn generic_code_sees_the_backend_a_device_holds() -> Result<()> {
+    fn kind_of<B: Backend>(b: &B) -> BackendKind {
+        b.kind()
+    }
+    assert_eq!(kind_of(&Device::cpu()), BackendKind::Cpu);
+    let Some(cl) = device_opencl() else { return Ok(()) };
+    assert_eq!(kind_of(&cl), BackendKind::OpenCl);
+    let a = gpubuf::NDBuffer::<Device, f32>::zeros(&cl, &[2])?;
+    assert!(format!("{a:?}").contains("OpenCl"), "{a:?}");
+    Ok(())
+}
+
 /// Asking for a backend whose feature is off names the feature, through every constructor.
 fn assert_compiled_out(kind: BackendKind, open: fn() -> Result<Device>) {
     let feature = format!("`{}` feature", kind.name());

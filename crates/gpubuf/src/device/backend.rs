@@ -148,8 +148,13 @@ impl Backend for Device {
     type Stream = Stream;
     type Event = Event;
 
-    /// A constant of the type, so it cannot follow the value: use [`Device::kind`].
+    /// A constant of the type, so it cannot follow the value: use [`Backend::kind`].
     const KIND: BackendKind = BackendKind::Cpu;
+
+    #[inline]
+    fn kind(&self) -> BackendKind {
+        Device::kind(self)
+    }
 
     #[inline]
     fn info(&self) -> DeviceInfo {

@@ -17,8 +17,8 @@
 //! ```
 //!
 //! [`Backend::KIND`] is a constant of the type and cannot follow the value: for `Device` it
-//! is [`BackendKind::Cpu`]. Ask [`Device::kind`] (or `info().backend`) which backend a
-//! device holds.
+//! is [`BackendKind::Cpu`]. Ask [`Backend::kind`] (or [`Device::kind`]) which backend a
+//! device holds; gpubuf's own code asks the value.
 
 mod backend;
 mod parts;
