@@ -165,10 +165,10 @@ pub(crate) fn check_options(opts: &DemoOptions, layout: (usize, usize)) -> Resul
 }
 
 /// Bytes rank `rank` needs on the host and on the device (an estimate from above).
-/// Host: the initial field and the mirror's host copy, the stencil's next field and the
-/// local result (four local fields with halo), plus on rank 0 the global field three times
-/// (gathered blocks, their copies, the assembled field). Device: the mirrored field, the
-/// snapshot batch and one spare field.
+/// Host: the initial field, the mirror's host copy and the local result (counted as four
+/// local fields with halo), plus on rank 0 the global field three times (gathered blocks,
+/// their copies, the assembled field). Device: the mirrored field, the second field the
+/// stencil writes into, and the snapshot batch.
 fn memory_need(opts: &DemoOptions, layout: (usize, usize), rank: usize) -> Option<(u64, u64)> {
     let n = opts.size as u64;
     let (lx, ly) = (n / layout.1 as u64, n / layout.0 as u64);
