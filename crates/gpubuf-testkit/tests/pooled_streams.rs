@@ -243,6 +243,7 @@ backend_tests!(
 
 /// The last `tail` bytes of `block` read back after the work on `s` is done: they must be
 /// the zeros written after the component released the block.
+#[cfg(feature = "opencl")]
 fn zeros_survive<B: Kernels, A: Allocator<Memory = B::Memory>>(
     b: &B,
     s: &B::Stream,
