@@ -8,12 +8,12 @@ use gpubuf::mpi::mpi::traits::{CommunicatorCollectives, Root};
 use gpubuf::mpi::HaloUpdater;
 use gpubuf::{with_backend, BackendKind, BackendVisitor, Error, Kernels, NDBuffer, Result};
 
-struct MpiExchange<B: Kernels> {
-    up: HaloUpdater<B, f64>,
-    world: SimpleCommunicator,
+struct MpiExchange<'w, B: Kernels> {
+    up: HaloUpdater<'w, B, f64>,
+    world: &'w SimpleCommunicator,
 }
 
-impl<B: Kernels> Exchange<B> for MpiExchange<B> {
+impl<B: Kernels> Exchange<B> for MpiExchange<'_, B> {
     fn update(&mut self, field: &NDBuffer<B, f64>) -> Result<()> {
         self.up.update(&[field], None)
     }
@@ -59,7 +59,7 @@ impl BackendVisitor for Ranks<'_> {
         simulate(&b, self.opts, rank, layout, agree, |b, _pool, spec: &QuantityHaloSpec| {
             Ok(MpiExchange {
                 up: HaloUpdater::new(b, self.world, &tiles, std::slice::from_ref(spec), None, "demo-field")?,
-                world: self.world.duplicate(),
+                world: self.world,
             })
         })
     }

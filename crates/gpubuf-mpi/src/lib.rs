@@ -16,8 +16,11 @@
 //! # Ok::<(), gpubuf_core::Error>(())
 //! ```
 
+mod comm;
 mod staging;
+mod tags;
 mod updater;
 
+pub use comm::Comm;
 pub use mpi;
 pub use updater::HaloUpdater;

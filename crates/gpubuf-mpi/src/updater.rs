@@ -1,17 +1,18 @@
 //! [`HaloUpdater`]: halo updates of several quantities with every neighbour rank.
 
+use crate::comm::Comm;
 use crate::staging::Staging;
+use crate::tags::{self, Claim, Key};
 use gpubuf_buffer::NDBuffer;
 use gpubuf_core::{Element, Error, Kernels, Result};
 use gpubuf_halo::{
     receiving_boundary, Boundary, HaloDataTransformer, HaloExchangeSpec, Partitioner, QuantityHaloSpec,
 };
+use mpi::raw::AsRaw;
 use mpi::request::{Request, StaticScope};
 use mpi::topology::{Communicator, SimpleCommunicator};
 use mpi::traits::{Destination, Source};
-use std::collections::hash_map::DefaultHasher;
 use std::collections::BTreeMap;
-use std::hash::{Hash, Hasher};
 
 /// One neighbour rank: its transformer and the host staging buffers of its messages.
 struct Link<B: Kernels, T: Element> {
@@ -28,40 +29,52 @@ struct Link<B: Kernels, T: Element> {
 /// The x and (for vectors) y quantity lists of one transformer.
 type Lists<'q, B, T> = (Vec<&'q NDBuffer<B, T>>, Option<Vec<&'q NDBuffer<B, T>>>);
 
-/// Where an update stands between `start` and `wait`.
-enum Flight {
-    /// Messages posted: every request still refers to a staging buffer of the updater.
-    Posted {
-        recvs: Vec<Request<'static, [u8], StaticScope>>,
-        sends: Vec<Request<'static, [u8], StaticScope>>,
-    },
-    /// Every message completed; the received halos are staged but not (all) unpacked yet.
-    Received,
+/// The requests of an update between `start` and `wait`: every request still refers to a
+/// staging buffer of the updater.
+struct Flight {
+    /// Receives not completed yet, with the index of their link.
+    recvs: Vec<Request<'static, [u8], StaticScope>>,
+    recv_links: Vec<usize>,
+    sends: Vec<Request<'static, [u8], StaticScope>>,
+    /// Links whose message arrived and is not unpacked yet (an unpack failed).
+    arrived: Vec<usize>,
 }
+
 /// Halo updates after NDSL's `HaloUpdater`: one [`HaloDataTransformer`] per neighbour rank
 /// holding every boundary shared with it, for several quantities at once (scalars, or
 /// vectors as x and y lists). [`HaloUpdater::start`] posts the receives, packs (one launch
-/// per neighbour) and sends; [`HaloUpdater::wait`] completes the messages and unpacks.
+/// per neighbour) and sends; [`HaloUpdater::wait`] unpacks each neighbour's message as it
+/// arrives.
 ///
 /// Device buffers are staged through host memory (no device-aware MPI is assumed).
-/// Message tags are derived from the updater's name and the boundary pairs a message
-/// carries, never from a per-rank counter, so two ranks that are neighbours on two sides
-/// still match their messages. Creating an updater is collective: it duplicates the
-/// communicator (keeping its messages apart from the caller's), so every rank must create
-/// its updaters in the same order, as for any collective call; in a different order the
-/// duplicated communicators pair up wrongly and the updates never complete.
-pub struct HaloUpdater<B: Kernels, T: Element> {
-    comm: SimpleCommunicator,
+///
+/// # Communicator and tags
+/// The updater uses the communicator it is given, borrowed (`&comm`: the updater then
+/// lives no longer than it) or owned (a [`SimpleCommunicator`] moved in, giving a
+/// `HaloUpdater<'static, ..>`); see [`Comm`]. Creating it is local, not collective, so ranks may create their updaters in any order.
+/// Each message's tag is derived from the updater's name and the boundary pairs it
+/// carries (never from a per-rank counter, so every rank computes the same tags, and two
+/// ranks that are neighbours on two sides still match their messages), within the
+/// communicator's `MPI_TAG_UB`. While an updater lives its tags are claimed on its
+/// communicator in this process: creating one whose messages could be confused with a live
+/// updater's (same neighbour, direction and tag: the same name, or a hash collision) is an
+/// error, never a silent exchange of each other's data. Other messages on the same
+/// communicator must not use the tags of [`HaloUpdater::tags`] while updates are in
+/// flight (or use a communicator of their own).
+pub struct HaloUpdater<'c, B: Kernels, T: Element> {
     links: Vec<Link<B, T>>,
     quantities: usize,
     vector: bool,
     in_flight: Option<Flight>,
+    /// Released after `Drop` has completed every request.
+    _claim: Claim,
+    comm: Comm<'c>,
 }
 
-impl<B: Kernels, T: Element> std::fmt::Debug for HaloUpdater<B, T> {
+impl<B: Kernels, T: Element> std::fmt::Debug for HaloUpdater<'_, B, T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("HaloUpdater")
-            .field("rank", &self.comm.rank())
+            .field("rank", &self.comm.get().rank())
             .field("neighbors", &self.links.iter().map(|l| l.rank).collect::<Vec<_>>())
             .field("quantities", &self.quantities)
             .field("vector", &self.vector)
@@ -69,45 +82,37 @@ impl<B: Kernels, T: Element> std::fmt::Debug for HaloUpdater<B, T> {
     }
 }
 
-fn tag(name: &str, pairs: &[(Boundary, Boundary)], quantities: usize, vector: bool) -> i32 {
-    let mut h = DefaultHasher::new();
-    name.hash(&mut h);
-    pairs.hash(&mut h);
-    quantities.hash(&mut h);
-    vector.hash(&mut h);
-    // MPI guarantees tags up to 32767.
-    (h.finish() % 32_768) as i32
-}
-
 fn boundary_index(b: Boundary) -> usize {
     Boundary::ALL.iter().position(|&x| x == b).unwrap_or(0)
 }
 
-impl<B: Kernels, T: Element> HaloUpdater<B, T> {
+impl<'c, B: Kernels, T: Element> HaloUpdater<'c, B, T> {
     /// An updater for this rank of `comm` (a rank of `partitioner`): `x[q]` describes
     /// quantity `q` (for vectors its x component, with `y[q]` its y component). `name`
     /// identifies the updater on every rank (it seeds the message tags).
     ///
-    /// Collective over `comm` (it duplicates the communicator first, so a rank that then
-    /// fails a check does not leave the others waiting in `new`).
+    /// Not collective: nothing is sent until [`HaloUpdater::start`].
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] when the communicator size differs from the
     /// partitioner's ranks, for an empty quantity list, x and y lists of different lengths,
     /// a spec without halo points (NDSL refuses them too), a partitioner naming a rank
     /// outside the communicator, or a message longer than MPI can count (`i32::MAX`
-    /// bytes); [`Error::OutOfMemory`] when the host staging buffers cannot be allocated;
-    /// spec errors from the transformers.
+    /// bytes), or tags that an updater alive on the same communicator uses (see
+    /// [`HaloUpdater`]); [`Error::OutOfMemory`] when the host staging buffers cannot be
+    /// allocated; spec errors from the transformers.
     pub fn new(
         backend: &B,
-        comm: &SimpleCommunicator,
+        comm: impl Into<Comm<'c>>,
         partitioner: &dyn Partitioner,
         x: &[QuantityHaloSpec],
         y: Option<&[QuantityHaloSpec]>,
         name: &str,
     ) -> Result<Self> {
-        let comm = comm.duplicate();
-        let size = comm.size() as usize;
+        let comm: Comm<'c> = comm.into();
+        let world: &SimpleCommunicator = comm.get();
+        let size = world.size() as usize;
+        let ub = tags::tag_ub(world);
         if size != partitioner.total_ranks() {
             return Err(Error::invalid(format!(
                 "communicator of {size} ranks for a partitioner of {}",
@@ -120,7 +125,7 @@ impl<B: Kernels, T: Element> HaloUpdater<B, T> {
         if x.iter().chain(y.into_iter().flatten()).any(|s| s.n_halo == 0) {
             return Err(Error::invalid("cannot perform a halo update on zero halo points"));
         }
-        let me = comm.rank() as usize;
+        let me = world.rank() as usize;
         // Outgoing links by neighbour, in the order of this rank's boundaries.
         let mut out: BTreeMap<usize, Vec<(Boundary, i32)>> = BTreeMap::new();
         for b in Boundary::ALL {
@@ -180,14 +185,37 @@ impl<B: Kernels, T: Element> HaloUpdater<B, T> {
             links.push(Link {
                 rank: n,
                 per_quantity: sends.len(),
-                send_tag: tag(name, &out_pairs, x.len(), y.is_some()),
-                recv_tag: tag(name, &incoming, x.len(), y.is_some()),
+                send_tag: tags::tag(name, &out_pairs, x.len(), y.is_some(), ub),
+                recv_tag: tags::tag(name, &incoming, x.len(), y.is_some(), ub),
                 transformer,
                 send: Staging::new(bytes)?,
                 recv: Staging::new(bytes)?,
             });
         }
-        Ok(HaloUpdater { comm, links, quantities: x.len(), vector: y.is_some(), in_flight: None })
+        let keys = links
+            .iter()
+            .flat_map(|l| {
+                [
+                    Key { peer: l.rank, send: true, tag: l.send_tag },
+                    Key { peer: l.rank, send: false, tag: l.recv_tag },
+                ]
+            })
+            .collect();
+        let claim = tags::claim(world, name, keys)?;
+        Ok(HaloUpdater {
+            links,
+            quantities: x.len(),
+            vector: y.is_some(),
+            in_flight: None,
+            _claim: claim,
+            comm,
+        })
+    }
+
+    /// The messages' tags: (neighbour rank, tag of the message sent to it, tag of the one
+    /// received from it).
+    pub fn tags(&self) -> Vec<(usize, i32, i32)> {
+        self.links.iter().map(|l| (l.rank, l.send_tag, l.recv_tag)).collect()
     }
 
     /// Neighbour ranks, one transformer and one message each way per neighbour.
@@ -268,7 +296,7 @@ impl<B: Kernels, T: Element> HaloUpdater<B, T> {
             // (and their buffers) are freed; a leaked updater leaks the buffer too.
             let buf: &'static mut [u8] =
                 unsafe { std::slice::from_raw_parts_mut(link.recv.as_ptr(), link.recv.len()) };
-            let p = self.comm.process_at_rank(link.rank as i32);
+            let p = self.comm.get().process_at_rank(link.rank as i32);
             recvs.push(p.immediate_receive_into_with_tag(StaticScope, buf, link.recv_tag));
         }
         for link in &self.links {
@@ -277,36 +305,50 @@ impl<B: Kernels, T: Element> HaloUpdater<B, T> {
             // `Drop` has completed this send.
             let buf: &'static [u8] =
                 unsafe { std::slice::from_raw_parts(link.send.as_ptr(), link.send.len()) };
-            let p = self.comm.process_at_rank(link.rank as i32);
+            let p = self.comm.get().process_at_rank(link.rank as i32);
             sends.push(p.immediate_send_with_tag(StaticScope, buf, link.send_tag));
         }
-        self.in_flight = Some(Flight::Posted { recvs, sends });
+        let recv_links = (0..self.links.len()).collect();
+        self.in_flight = Some(Flight { recvs, recv_links, sends, arrived: Vec::new() });
         Ok(())
     }
 
-    /// Completes the messages of [`HaloUpdater::start`] and unpacks every received halo.
-    /// The quantities are checked before anything completes: on a wrong argument the
-    /// update stays in flight and `wait` can be called again with the right ones.
+    /// Completes the messages of [`HaloUpdater::start`], unpacking each neighbour's halo as
+    /// soon as its message arrives (`MPI_Waitany`), then completes the sends. The
+    /// quantities are checked before anything completes: on a wrong argument the update
+    /// stays in flight and `wait` can be called again with the right ones.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] without an update in flight or for the wrong quantities
     /// (nothing changes); unpack errors (driver errors), after which some halos may be
-    /// updated and the received data is kept: the next `wait` unpacks it again.
+    /// updated and the update stays in flight: the next `wait` unpacks the message that
+    /// failed again and goes on with the others.
     pub fn wait(&mut self, x: &[&NDBuffer<B, T>], y: Option<&[&NDBuffer<B, T>]>) -> Result<()> {
         if self.in_flight.is_none() {
             return Err(Error::invalid("no halo update in flight"));
         }
         let lists = self.checked_lists(x, y)?;
         let _span = tracing::debug_span!("halo.wait", neighbors = self.links.len()).entered();
-        if let Some(Flight::Posted { recvs, sends }) = self.in_flight.take() {
-            complete(recvs, sends);
+        let Some(flight) = self.in_flight.as_mut() else {
+            return Err(Error::invalid("no halo update in flight"));
+        };
+        loop {
+            while let Some(&k) = flight.arrived.first() {
+                let link = &mut self.links[k];
+                // SAFETY: this link's receive completed, so MPI no longer writes its buffer.
+                let recv = unsafe { link.recv.bytes() };
+                link.transformer.receive_host(recv)?;
+                link.transformer.async_unpack(&lists[k].0, lists[k].1.as_deref())?;
+                flight.arrived.remove(0);
+            }
+            if flight.recvs.is_empty() {
+                break;
+            }
+            let i = wait_any(&mut flight.recvs);
+            flight.arrived.push(flight.recv_links.remove(i));
         }
-        self.in_flight = Some(Flight::Received);
-        for (link, (xs, ys)) in self.links.iter_mut().zip(&lists) {
-            // SAFETY: every request completed above, so MPI no longer writes this buffer.
-            let recv = unsafe { link.recv.bytes() };
-            link.transformer.receive_host(recv)?;
-            link.transformer.async_unpack(xs, ys.as_deref())?;
+        for s in flight.sends.drain(..) {
+            s.wait();
         }
         for link in &self.links {
             link.transformer.synchronize()?;
@@ -330,26 +372,45 @@ impl<B: Kernels, T: Element> HaloUpdater<B, T> {
     }
 }
 
-impl<B: Kernels, T: Element> Drop for HaloUpdater<B, T> {
+impl<B: Kernels, T: Element> Drop for HaloUpdater<'_, B, T> {
     /// Completes the messages of an update still in flight before the staging buffers go
     /// (it blocks until the neighbours' matching messages arrive, as `wait` does): MPI never
     /// writes into or reads from freed memory, and no request is dropped unfinished.
     fn drop(&mut self) {
-        if let Some(Flight::Posted { recvs, sends }) = self.in_flight.take() {
-            complete(recvs, sends);
+        if let Some(flight) = self.in_flight.take() {
+            for r in flight.recvs {
+                r.wait();
+            }
+            for s in flight.sends {
+                s.wait();
+            }
         }
     }
 }
 
-/// Waits for every request.
-fn complete(
-    recvs: Vec<Request<'static, [u8], StaticScope>>,
-    sends: Vec<Request<'static, [u8], StaticScope>>,
-) {
-    for r in recvs {
-        r.wait();
-    }
-    for s in sends {
-        s.wait();
+/// Waits until one of `requests` (not empty, all active) completes, removes it and returns
+/// its index. Should MPI report none active, the first one is waited for on its own.
+fn wait_any(requests: &mut Vec<Request<'static, [u8], StaticScope>>) -> usize {
+    let mut raw: Vec<mpi::ffi::MPI_Request> = requests.iter().map(|r| r.as_raw()).collect();
+    let mut index = mpi::ffi::MPI_UNDEFINED;
+    // At most 8 neighbours: the count fits.
+    let count = raw.len() as std::ffi::c_int;
+    // SAFETY: `raw` holds the handles of live, active, non-persistent requests that
+    // `requests` owns; MPI_Waitany completes at most one, frees it and nulls its slot, and
+    // writes only `index` (the status is ignored).
+    unsafe { mpi::ffi::MPI_Waitany(count, raw.as_mut_ptr(), &mut index, mpi::ffi::RSMPI_STATUS_IGNORE) };
+    match usize::try_from(index).ok().filter(|&i| i < requests.len()) {
+        Some(i) => {
+            let done = requests.remove(i);
+            // SAFETY: MPI completed and freed this request: its wrapper is taken apart
+            // without waiting on the (now null) handle again; the buffer it borrowed is the
+            // updater's, which outlives it.
+            let _ = unsafe { done.into_raw() };
+            i
+        }
+        None => {
+            requests.remove(0).wait();
+            0
+        }
     }
 }
