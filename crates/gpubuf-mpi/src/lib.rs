@@ -17,6 +17,7 @@
 //! ```
 
 mod comm;
+mod direct;
 mod staging;
 mod tags;
 mod updater;

@@ -1,6 +1,7 @@
 //! [`HaloUpdater`]: halo updates of several quantities with every neighbour rank.
 
 use crate::comm::Comm;
+use crate::direct::{host_pointers, host_resident};
 use crate::staging::Staging;
 use crate::tags::{self, Claim, Key};
 use gpubuf_buffer::NDBuffer;
@@ -22,6 +23,11 @@ struct Link<B: Kernels, T: Element> {
     per_quantity: usize,
     send_tag: i32,
     recv_tag: i32,
+    /// Whether MPI reads the pack buffer and writes the unpack buffer in place (host memory:
+    /// the CPU backend); else both go through the staging buffers.
+    direct: bool,
+    /// Message length in bytes (each way).
+    bytes: usize,
     send: Staging,
     recv: Staging,
 }
@@ -46,7 +52,8 @@ struct Flight {
 /// per neighbour) and sends; [`HaloUpdater::wait`] unpacks each neighbour's message as it
 /// arrives.
 ///
-/// Device buffers are staged through host memory (no device-aware MPI is assumed).
+/// Host-resident pack and unpack buffers (the CPU backend) are handed to MPI in place;
+/// device buffers are staged through host memory (no device-aware MPI is assumed).
 ///
 /// # Communicator and tags
 /// The updater uses the communicator it is given, borrowed (`&comm`: the updater then
@@ -66,6 +73,8 @@ pub struct HaloUpdater<'c, B: Kernels, T: Element> {
     quantities: usize,
     vector: bool,
     in_flight: Option<Flight>,
+    /// Bytes copied through the host staging buffers so far (both ways).
+    staged: usize,
     /// Released after `Drop` has completed every request.
     _claim: Claim,
     comm: Comm<'c>,
@@ -182,14 +191,17 @@ impl<'c, B: Kernels, T: Element> HaloUpdater<'c, B, T> {
                     transformer.buffer_len()
                 ))
             })?;
+            let direct = host_resident(&transformer)?;
             links.push(Link {
                 rank: n,
                 per_quantity: sends.len(),
                 send_tag: tags::tag(name, &out_pairs, x.len(), y.is_some(), ub),
                 recv_tag: tags::tag(name, &incoming, x.len(), y.is_some(), ub),
                 transformer,
-                send: Staging::new(bytes)?,
-                recv: Staging::new(bytes)?,
+                direct,
+                bytes,
+                send: Staging::new(if direct { 0 } else { bytes })?,
+                recv: Staging::new(if direct { 0 } else { bytes })?,
             });
         }
         let keys = links
@@ -207,9 +219,17 @@ impl<'c, B: Kernels, T: Element> HaloUpdater<'c, B, T> {
             quantities: x.len(),
             vector: y.is_some(),
             in_flight: None,
+            staged: 0,
             _claim: claim,
             comm,
         })
+    }
+
+    /// Bytes copied between the transformers' buffers and host staging buffers by every
+    /// update so far (sent plus received): 0 when every buffer is host memory that MPI
+    /// reads and writes in place (the CPU backend).
+    pub fn staged_bytes(&self) -> usize {
+        self.staged
     }
 
     /// The messages' tags: (neighbour rank, tag of the message sent to it, tag of the one
@@ -278,33 +298,45 @@ impl<'c, B: Kernels, T: Element> HaloUpdater<'c, B, T> {
         for (link, (xs, ys)) in self.links.iter_mut().zip(&lists) {
             link.transformer.async_pack(xs, ys.as_deref())?;
         }
+        // Where each message is sent from and received into: (send, receive) pointers.
+        let mut places = Vec::with_capacity(self.links.len());
         for link in &mut self.links {
-            // SAFETY: no update is in flight (checked above), so MPI holds no request on
-            // this buffer.
-            let send = unsafe { link.send.bytes_mut() };
-            link.transformer.pack_buffer()?.read_into(0, send)?;
+            if link.direct {
+                // The pack must be complete before MPI reads its buffer.
+                link.transformer.synchronize()?;
+                places.push(host_pointers(&link.transformer)?);
+            } else {
+                // SAFETY: no update is in flight (checked above), so MPI holds no request
+                // on this buffer.
+                let send = unsafe { link.send.bytes_mut() };
+                link.transformer.pack_buffer()?.read_into(0, send)?;
+                self.staged = self.staged.saturating_add(2 * link.bytes);
+                places.push((link.send.as_ptr(), link.recv.as_ptr()));
+            }
         }
         // Nothing below can fail (the lists never grow past their capacity, message
         // lengths fit an MPI count): no request is ever dropped unfinished.
         let (mut recvs, mut sends) =
             (Vec::with_capacity(self.links.len()), Vec::with_capacity(self.links.len()));
-        for link in &mut self.links {
-            // SAFETY: `link.recv` is a live allocation of `len` bytes owned by the updater
-            // and held by raw pointer. Nothing else reads, writes or frees it until this
-            // request completes: `wait` completes it before reading the bytes, `start`
-            // refuses to run while it is in flight, and `Drop` completes it before the links
-            // (and their buffers) are freed; a leaked updater leaks the buffer too.
-            let buf: &'static mut [u8] =
-                unsafe { std::slice::from_raw_parts_mut(link.recv.as_ptr(), link.recv.len()) };
+        for (link, &(_, into)) in self.links.iter().zip(&places) {
+            // SAFETY: `into` is `link.bytes` bytes of either `link.recv` (a live allocation
+            // owned by the updater, held by raw pointer) or, for a direct link, the
+            // transformer's unpack buffer (a CPU allocation of its own, which the updater's
+            // private transformer holds). Nothing else reads, writes or frees those bytes
+            // until this request completes: `wait` completes it before unpacking, `start`
+            // refuses to run while it is in flight, no other code reaches the transformer,
+            // and `Drop` completes it before the links (and their buffers) are freed; a
+            // leaked updater leaks the buffers too.
+            let buf: &'static mut [u8] = unsafe { std::slice::from_raw_parts_mut(into, link.bytes) };
             let p = self.comm.get().process_at_rank(link.rank as i32);
             recvs.push(p.immediate_receive_into_with_tag(StaticScope, buf, link.recv_tag));
         }
-        for link in &self.links {
-            // SAFETY: as for the receive buffer: `link.send` is only written by `start`
-            // (above, before any request exists), which does not run again until `wait` or
-            // `Drop` has completed this send.
-            let buf: &'static [u8] =
-                unsafe { std::slice::from_raw_parts(link.send.as_ptr(), link.send.len()) };
+        for (link, &(from, _)) in self.links.iter().zip(&places) {
+            // SAFETY: as for the receive buffer: `from` (the staging buffer, or the pack
+            // buffer of a direct link) is only written by `start` (above, before any request
+            // exists; the pack is complete), which does not run again until `wait` or `Drop`
+            // has completed this send; unpacking never touches the pack buffer.
+            let buf: &'static [u8] = unsafe { std::slice::from_raw_parts(from, link.bytes) };
             let p = self.comm.get().process_at_rank(link.rank as i32);
             sends.push(p.immediate_send_with_tag(StaticScope, buf, link.send_tag));
         }
@@ -335,9 +367,12 @@ impl<'c, B: Kernels, T: Element> HaloUpdater<'c, B, T> {
         loop {
             while let Some(&k) = flight.arrived.first() {
                 let link = &mut self.links[k];
-                // SAFETY: this link's receive completed, so MPI no longer writes its buffer.
-                let recv = unsafe { link.recv.bytes() };
-                link.transformer.receive_host(recv)?;
+                if !link.direct {
+                    // SAFETY: this link's receive completed, so MPI no longer writes its
+                    // buffer.
+                    let recv = unsafe { link.recv.bytes() };
+                    link.transformer.receive_host(recv)?;
+                }
                 link.transformer.async_unpack(&lists[k].0, lists[k].1.as_deref())?;
                 flight.arrived.remove(0);
             }

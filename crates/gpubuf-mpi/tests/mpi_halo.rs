@@ -111,6 +111,14 @@ fn tile_case<B: Kernels>(
             tile.verify(&arrays[q], salt)?;
         }
     }
+    // Host memory goes to MPI in place; device memory through host staging, both ways.
+    for up in [&scalars, &vectors] {
+        let staged = up.staged_bytes();
+        let host = B::KIND == gpubuf_core::BackendKind::Cpu;
+        if host != (staged == 0) {
+            return Err(Error::invalid(format!("{} backend: {staged} bytes staged", B::KIND.name())));
+        }
+    }
     Ok(())
 }
 
