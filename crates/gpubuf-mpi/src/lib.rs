@@ -18,6 +18,7 @@
 
 mod comm;
 mod direct;
+mod requests;
 mod staging;
 mod tags;
 mod updater;

@@ -2,6 +2,7 @@
 
 use crate::comm::Comm;
 use crate::direct::{host_pointers, host_resident};
+use crate::requests::{Message, Requests};
 use crate::staging::Staging;
 use crate::tags::{self, Claim, Key};
 use gpubuf_buffer::NDBuffer;
@@ -9,10 +10,7 @@ use gpubuf_core::{Element, Error, Kernels, Result};
 use gpubuf_halo::{
     receiving_boundary, Boundary, HaloDataTransformer, HaloExchangeSpec, Partitioner, QuantityHaloSpec,
 };
-use mpi::raw::AsRaw;
-use mpi::request::{Request, StaticScope};
 use mpi::topology::{Communicator, SimpleCommunicator};
-use mpi::traits::{Destination, Source};
 use std::collections::BTreeMap;
 
 /// One neighbour rank: its transformer and the host staging buffers of its messages.
@@ -35,22 +33,20 @@ struct Link<B: Kernels, T: Element> {
 /// The x and (for vectors) y quantity lists of one transformer.
 type Lists<'q, B, T> = (Vec<&'q NDBuffer<B, T>>, Option<Vec<&'q NDBuffer<B, T>>>);
 
-/// The requests of an update between `start` and `wait`: every request still refers to a
-/// staging buffer of the updater.
+/// An update between `start` and `wait`.
 struct Flight {
-    /// Receives not completed yet, with the index of their link.
-    recvs: Vec<Request<'static, [u8], StaticScope>>,
-    recv_links: Vec<usize>,
-    sends: Vec<Request<'static, [u8], StaticScope>>,
     /// Links whose message arrived and is not unpacked yet (an unpack failed).
     arrived: Vec<usize>,
+    /// Why `start` stopped after posting messages (some sends were never started).
+    broken: Option<Error>,
 }
 
 /// Halo updates after NDSL's `HaloUpdater`: one [`HaloDataTransformer`] per neighbour rank
 /// holding every boundary shared with it, for several quantities at once (scalars, or
-/// vectors as x and y lists). [`HaloUpdater::start`] posts the receives, packs (one launch
-/// per neighbour) and sends; [`HaloUpdater::wait`] unpacks each neighbour's message as it
-/// arrives.
+/// vectors as x and y lists). [`HaloUpdater::start`] starts the receives, then packs each
+/// neighbour's message (one launch) and starts its send while the next one is packed;
+/// [`HaloUpdater::wait`] unpacks each neighbour's message as it arrives. The messages are
+/// persistent MPI requests (`MPI_Send_init`/`MPI_Recv_init`), made once per updater.
 ///
 /// Host-resident pack and unpack buffers (the CPU backend) are handed to MPI in place;
 /// device buffers are staged through host memory (no device-aware MPI is assumed).
@@ -69,13 +65,15 @@ struct Flight {
 /// communicator must not use the tags of [`HaloUpdater::tags`] while updates are in
 /// flight (or use a communicator of their own).
 pub struct HaloUpdater<'c, B: Kernels, T: Element> {
+    /// Dropped first: completes any active request before the buffers below go.
+    requests: Requests,
     links: Vec<Link<B, T>>,
     quantities: usize,
     vector: bool,
     in_flight: Option<Flight>,
     /// Bytes copied through the host staging buffers so far (both ways).
     staged: usize,
-    /// Released after `Drop` has completed every request.
+    /// Released once every request is complete.
     _claim: Claim,
     comm: Comm<'c>,
 }
@@ -214,7 +212,25 @@ impl<'c, B: Kernels, T: Element> HaloUpdater<'c, B, T> {
             })
             .collect();
         let claim = tags::claim(world, name, keys)?;
+        let (mut recvs, mut sends) = (Vec::new(), Vec::new());
+        for l in &links {
+            let (from, into) =
+                if l.direct { host_pointers(&l.transformer)? } else { (l.send.as_ptr(), l.recv.as_ptr()) };
+            let rank = l.rank as i32; // below the communicator's size, an i32
+            recvs.push(Message { rank, tag: l.recv_tag, ptr: into, len: l.bytes });
+            sends.push(Message { rank, tag: l.send_tag, ptr: from, len: l.bytes });
+        }
+        // SAFETY: each message is `bytes` bytes of a staging buffer of its link (a raw
+        // allocation that never moves) or, for a direct link, of its transformer's pack or
+        // unpack buffer (a CPU allocation of its own, held by the transformer, which the
+        // updater keeps private and never finalizes). They outlive the requests, which are
+        // dropped first. While a request is active nothing else touches its bytes: `start`
+        // writes a send's bytes only before starting it and refuses to run while an update
+        // is in flight; `wait` reads a receive's bytes (or unpacks from them) only after it
+        // completed; a pack buffer is only written by packing, in `start`.
+        let requests = unsafe { Requests::new(world, &recvs, &sends)? };
         Ok(HaloUpdater {
+            requests,
             links,
             quantities: x.len(),
             vector: y.is_some(),
@@ -280,69 +296,61 @@ impl<'c, B: Kernels, T: Element> HaloUpdater<'c, B, T> {
         Ok(all)
     }
 
-    /// Packs every neighbour's message, stages it on the host, then posts the receives
-    /// and sends. Every check and every fallible step comes before the first message is
-    /// posted: on an error nothing is in flight and the updater is ready for another
-    /// `start`.
+    /// Starts every receive, then, neighbour by neighbour, packs its message, stages it on
+    /// the host (device memory only) and starts its send, so a message travels while the
+    /// next one is packed. Every check comes before the first message is started.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] when an update is already in flight or for the wrong
-    /// number of quantities; the transformer's errors for quantities of the wrong shape,
-    /// strides or device; pack and transfer errors.
+    /// number of quantities, and the transformer's errors for quantities of the wrong shape,
+    /// strides or device: nothing is started, the updater is ready for another `start`.
+    /// A pack or transfer error (a driver error) after the receives started leaves the
+    /// update in flight with the sends of the neighbours before it started: `wait`
+    /// completes those messages and then returns that error (the neighbours whose message
+    /// was never sent are left waiting for it).
     pub fn start(&mut self, x: &[&NDBuffer<B, T>], y: Option<&[&NDBuffer<B, T>]>) -> Result<()> {
         if self.in_flight.is_some() {
             return Err(Error::invalid("a halo update is already in flight; call wait first"));
         }
         let _span = tracing::debug_span!("halo.start", neighbors = self.links.len()).entered();
         let lists = self.checked_lists(x, y)?;
-        for (link, (xs, ys)) in self.links.iter_mut().zip(&lists) {
-            link.transformer.async_pack(xs, ys.as_deref())?;
-        }
-        // Where each message is sent from and received into: (send, receive) pointers.
-        let mut places = Vec::with_capacity(self.links.len());
-        for link in &mut self.links {
-            if link.direct {
-                // The pack must be complete before MPI reads its buffer.
-                link.transformer.synchronize()?;
-                places.push(host_pointers(&link.transformer)?);
-            } else {
-                // SAFETY: no update is in flight (checked above), so MPI holds no request
-                // on this buffer.
-                let send = unsafe { link.send.bytes_mut() };
-                link.transformer.pack_buffer()?.read_into(0, send)?;
-                self.staged = self.staged.saturating_add(2 * link.bytes);
-                places.push((link.send.as_ptr(), link.recv.as_ptr()));
+        self.requests.start_receives()?;
+        self.in_flight = Some(Flight { arrived: Vec::new(), broken: None });
+        for (k, (xs, ys)) in lists.iter().enumerate() {
+            if let Err(e) = self.pack_and_send(k, xs, ys.as_deref()) {
+                let message = e.to_string();
+                if let Some(f) = self.in_flight.as_mut() {
+                    f.broken = Some(e);
+                }
+                return Err(Error::invalid(format!(
+                    "halo update stopped after starting its messages ({message}); call wait to complete them"
+                )));
             }
         }
-        // Nothing below can fail (the lists never grow past their capacity, message
-        // lengths fit an MPI count): no request is ever dropped unfinished.
-        let (mut recvs, mut sends) =
-            (Vec::with_capacity(self.links.len()), Vec::with_capacity(self.links.len()));
-        for (link, &(_, into)) in self.links.iter().zip(&places) {
-            // SAFETY: `into` is `link.bytes` bytes of either `link.recv` (a live allocation
-            // owned by the updater, held by raw pointer) or, for a direct link, the
-            // transformer's unpack buffer (a CPU allocation of its own, which the updater's
-            // private transformer holds). Nothing else reads, writes or frees those bytes
-            // until this request completes: `wait` completes it before unpacking, `start`
-            // refuses to run while it is in flight, no other code reaches the transformer,
-            // and `Drop` completes it before the links (and their buffers) are freed; a
-            // leaked updater leaks the buffers too.
-            let buf: &'static mut [u8] = unsafe { std::slice::from_raw_parts_mut(into, link.bytes) };
-            let p = self.comm.get().process_at_rank(link.rank as i32);
-            recvs.push(p.immediate_receive_into_with_tag(StaticScope, buf, link.recv_tag));
-        }
-        for (link, &(from, _)) in self.links.iter().zip(&places) {
-            // SAFETY: as for the receive buffer: `from` (the staging buffer, or the pack
-            // buffer of a direct link) is only written by `start` (above, before any request
-            // exists; the pack is complete), which does not run again until `wait` or `Drop`
-            // has completed this send; unpacking never touches the pack buffer.
-            let buf: &'static [u8] = unsafe { std::slice::from_raw_parts(from, link.bytes) };
-            let p = self.comm.get().process_at_rank(link.rank as i32);
-            sends.push(p.immediate_send_with_tag(StaticScope, buf, link.send_tag));
-        }
-        let recv_links = (0..self.links.len()).collect();
-        self.in_flight = Some(Flight { recvs, recv_links, sends, arrived: Vec::new() });
         Ok(())
+    }
+
+    /// Packs link `k`'s message, stages it unless MPI reads the pack buffer in place, and
+    /// starts its send.
+    fn pack_and_send(
+        &mut self,
+        k: usize,
+        xs: &[&NDBuffer<B, T>],
+        ys: Option<&[&NDBuffer<B, T>]>,
+    ) -> Result<()> {
+        let link = &mut self.links[k];
+        link.transformer.async_pack(xs, ys)?;
+        if link.direct {
+            // The pack must be complete before MPI reads its buffer.
+            link.transformer.synchronize()?;
+        } else {
+            // SAFETY: the send of this link is not active (the previous update completed
+            // it, and this one starts it below), so MPI does not read this buffer.
+            let send = unsafe { link.send.bytes_mut() };
+            link.transformer.pack_buffer()?.read_into(0, send)?;
+            self.staged = self.staged.saturating_add(2 * link.bytes);
+        }
+        self.requests.start_send(k)
     }
 
     /// Completes the messages of [`HaloUpdater::start`], unpacking each neighbour's halo as
@@ -376,20 +384,19 @@ impl<'c, B: Kernels, T: Element> HaloUpdater<'c, B, T> {
                 link.transformer.async_unpack(&lists[k].0, lists[k].1.as_deref())?;
                 flight.arrived.remove(0);
             }
-            if flight.recvs.is_empty() {
-                break;
+            match self.requests.wait_any_receive()? {
+                Some(k) => flight.arrived.push(k),
+                None => break,
             }
-            let i = wait_any(&mut flight.recvs);
-            flight.arrived.push(flight.recv_links.remove(i));
         }
-        for s in flight.sends.drain(..) {
-            s.wait();
-        }
+        self.requests.wait_sends()?;
         for link in &self.links {
             link.transformer.synchronize()?;
         }
-        self.in_flight = None;
-        Ok(())
+        match self.in_flight.take().and_then(|f| f.broken) {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
     }
 
     /// Whether an update was started and not yet completed by a successful `wait`.
@@ -404,48 +411,5 @@ impl<'c, B: Kernels, T: Element> HaloUpdater<'c, B, T> {
     pub fn update(&mut self, x: &[&NDBuffer<B, T>], y: Option<&[&NDBuffer<B, T>]>) -> Result<()> {
         self.start(x, y)?;
         self.wait(x, y)
-    }
-}
-
-impl<B: Kernels, T: Element> Drop for HaloUpdater<'_, B, T> {
-    /// Completes the messages of an update still in flight before the staging buffers go
-    /// (it blocks until the neighbours' matching messages arrive, as `wait` does): MPI never
-    /// writes into or reads from freed memory, and no request is dropped unfinished.
-    fn drop(&mut self) {
-        if let Some(flight) = self.in_flight.take() {
-            for r in flight.recvs {
-                r.wait();
-            }
-            for s in flight.sends {
-                s.wait();
-            }
-        }
-    }
-}
-
-/// Waits until one of `requests` (not empty, all active) completes, removes it and returns
-/// its index. Should MPI report none active, the first one is waited for on its own.
-fn wait_any(requests: &mut Vec<Request<'static, [u8], StaticScope>>) -> usize {
-    let mut raw: Vec<mpi::ffi::MPI_Request> = requests.iter().map(|r| r.as_raw()).collect();
-    let mut index = mpi::ffi::MPI_UNDEFINED;
-    // At most 8 neighbours: the count fits.
-    let count = raw.len() as std::ffi::c_int;
-    // SAFETY: `raw` holds the handles of live, active, non-persistent requests that
-    // `requests` owns; MPI_Waitany completes at most one, frees it and nulls its slot, and
-    // writes only `index` (the status is ignored).
-    unsafe { mpi::ffi::MPI_Waitany(count, raw.as_mut_ptr(), &mut index, mpi::ffi::RSMPI_STATUS_IGNORE) };
-    match usize::try_from(index).ok().filter(|&i| i < requests.len()) {
-        Some(i) => {
-            let done = requests.remove(i);
-            // SAFETY: MPI completed and freed this request: its wrapper is taken apart
-            // without waiting on the (now null) handle again; the buffer it borrowed is the
-            // updater's, which outlives it.
-            let _ = unsafe { done.into_raw() };
-            i
-        }
-        None => {
-            requests.remove(0).wait();
-            0
-        }
     }
 }
