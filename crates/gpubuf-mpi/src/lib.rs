@@ -16,6 +16,7 @@
 //! # Ok::<(), gpubuf_core::Error>(())
 //! ```
 
+mod aware;
 mod comm;
 mod direct;
 mod requests;
@@ -23,6 +24,7 @@ mod staging;
 mod tags;
 mod updater;
 
+pub use aware::{cuda_aware, CudaAware, CUDA_AWARE_ENV};
 pub use comm::Comm;
 pub use mpi;
 pub use updater::HaloUpdater;

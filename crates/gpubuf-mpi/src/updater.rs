@@ -1,7 +1,7 @@
 //! [`HaloUpdater`]: halo updates of several quantities with every neighbour rank.
 
 use crate::comm::Comm;
-use crate::direct::{host_pointers, host_resident};
+use crate::direct::{in_place, places};
 use crate::requests::{Message, Requests};
 use crate::staging::Staging;
 use crate::tags::{self, Claim, Key};
@@ -21,8 +21,8 @@ struct Link<B: Kernels, T: Element> {
     per_quantity: usize,
     send_tag: i32,
     recv_tag: i32,
-    /// Whether MPI reads the pack buffer and writes the unpack buffer in place (host memory:
-    /// the CPU backend); else both go through the staging buffers.
+    /// Whether MPI reads the pack buffer and writes the unpack buffer in place (host memory,
+    /// or CUDA memory with a CUDA-aware MPI); else both go through the staging buffers.
     direct: bool,
     /// Message length in bytes (each way).
     bytes: usize,
@@ -48,8 +48,9 @@ struct Flight {
 /// [`HaloUpdater::wait`] unpacks each neighbour's message as it arrives. The messages are
 /// persistent MPI requests (`MPI_Send_init`/`MPI_Recv_init`), made once per updater.
 ///
-/// Host-resident pack and unpack buffers (the CPU backend) are handed to MPI in place;
-/// device buffers are staged through host memory (no device-aware MPI is assumed).
+/// Host-resident pack and unpack buffers (the CPU backend) are handed to MPI in place, and
+/// so are CUDA device buffers when MPI is CUDA-aware ([`crate::cuda_aware`], feature
+/// `cuda`); other device buffers are staged through host memory.
 ///
 /// # Communicator and tags
 /// The updater uses the communicator it is given, borrowed (`&comm`: the updater then
@@ -104,8 +105,8 @@ impl<'c, B: Kernels, T: Element> HaloUpdater<'c, B, T> {
     /// [`Error::InvalidArgument`] when the communicator size differs from the
     /// partitioner's ranks, for an empty quantity list, x and y lists of different lengths,
     /// a spec without halo points (NDSL refuses them too), a partitioner naming a rank
-    /// outside the communicator, or a message longer than MPI can count (`i32::MAX`
-    /// bytes), or tags that an updater alive on the same communicator uses (see
+    /// outside the communicator, a message longer than MPI can count (`i32::MAX`
+    /// bytes), a bad `GPUBUF_MPI_CUDA_AWARE` value, or tags that an updater alive on the same communicator uses (see
     /// [`HaloUpdater`]); [`Error::OutOfMemory`] when the host staging buffers cannot be
     /// allocated; spec errors from the transformers.
     pub fn new(
@@ -120,6 +121,7 @@ impl<'c, B: Kernels, T: Element> HaloUpdater<'c, B, T> {
         let world: &SimpleCommunicator = comm.get();
         let size = world.size() as usize;
         let ub = tags::tag_ub(world);
+        let aware = crate::cuda_aware()?.enabled;
         if size != partitioner.total_ranks() {
             return Err(Error::invalid(format!(
                 "communicator of {size} ranks for a partitioner of {}",
@@ -189,7 +191,7 @@ impl<'c, B: Kernels, T: Element> HaloUpdater<'c, B, T> {
                     transformer.buffer_len()
                 ))
             })?;
-            let direct = host_resident(&transformer)?;
+            let direct = in_place(&transformer, aware)?;
             links.push(Link {
                 rank: n,
                 per_quantity: sends.len(),
@@ -215,15 +217,15 @@ impl<'c, B: Kernels, T: Element> HaloUpdater<'c, B, T> {
         let (mut recvs, mut sends) = (Vec::new(), Vec::new());
         for l in &links {
             let (from, into) =
-                if l.direct { host_pointers(&l.transformer)? } else { (l.send.as_ptr(), l.recv.as_ptr()) };
+                if l.direct { places(&l.transformer, aware)? } else { (l.send.as_ptr(), l.recv.as_ptr()) };
             let rank = l.rank as i32; // below the communicator's size, an i32
             recvs.push(Message { rank, tag: l.recv_tag, ptr: into, len: l.bytes });
             sends.push(Message { rank, tag: l.send_tag, ptr: from, len: l.bytes });
         }
         // SAFETY: each message is `bytes` bytes of a staging buffer of its link (a raw
         // allocation that never moves) or, for a direct link, of its transformer's pack or
-        // unpack buffer (a CPU allocation of its own, held by the transformer, which the
-        // updater keeps private and never finalizes). They outlive the requests, which are
+        // unpack buffer (a CPU or, with a CUDA-aware MPI, CUDA allocation of its own, held
+        // by the transformer, which the updater keeps private and never finalizes). They outlive the requests, which are
         // dropped first. While a request is active nothing else touches its bytes: `start`
         // writes a send's bytes only before starting it and refuses to run while an update
         // is in flight; `wait` reads a receive's bytes (or unpacks from them) only after it
@@ -341,7 +343,7 @@ impl<'c, B: Kernels, T: Element> HaloUpdater<'c, B, T> {
         let link = &mut self.links[k];
         link.transformer.async_pack(xs, ys)?;
         if link.direct {
-            // The pack must be complete before MPI reads its buffer.
+            // The pack (a kernel on a device) must be complete before MPI reads its buffer.
             link.transformer.synchronize()?;
         } else {
             // SAFETY: the send of this link is not active (the previous update completed
