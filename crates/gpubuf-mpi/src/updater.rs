@@ -250,6 +250,12 @@ impl<'c, B: Kernels, T: Element> HaloUpdater<'c, B, T> {
         self.staged
     }
 
+    /// The bytes of each message, per neighbour: (neighbour rank, bytes sent to it, which is
+    /// also the bytes received from it).
+    pub fn message_bytes(&self) -> Vec<(usize, usize)> {
+        self.links.iter().map(|l| (l.rank, l.bytes)).collect()
+    }
+
     /// The messages' tags: (neighbour rank, tag of the message sent to it, tag of the one
     /// received from it).
     pub fn tags(&self) -> Vec<(usize, i32, i32)> {

@@ -4,6 +4,8 @@ mod bufferizer;
 mod copy;
 mod halo;
 mod mirror;
+#[cfg(feature = "mpi")]
+mod mpi;
 mod pool;
 
 use crate::plot;
@@ -64,7 +66,7 @@ pub struct Report {
     pub results: Vec<Entry>,
 }
 
-const BENCHES: [(&str, &str); 5] = [
+const BENCHES: [(&str, &str); 6] = [
     (
         "copy",
         "copy-plan gather (contiguous, transpose, halo strips, reversed+negated) vs a plain device copy of the same bytes",
@@ -73,6 +75,7 @@ const BENCHES: [(&str, &str); 5] = [
     ("bufferizer", "bufferizer appends (64 B and 4.9 MB frames, from device and host) vs a plain copy"),
     ("mirror", "mirror sync after 102 sparse writes into 64 MiB: exact ranges vs glumpy's hull vs a full upload"),
     ("halo", "halo pack/unpack of NDSL-sized exchanges (c192 rotated and vector, c48 x30) vs a device copy"),
+    ("mpi", "halo updates across ranks (mpirun -n 6 or -n 4; feature mpi) vs a raw MPI exchange of the same bytes"),
 ];
 
 /// Prints the benchmark names.
@@ -144,7 +147,24 @@ impl BackendVisitor for Runner<'_> {
 /// # Errors
 /// Unknown benchmark, unavailable backend, or a failure while measuring.
 pub fn run(name: &str, kind: BackendKind, opts: &Options) -> Result<()> {
+    if name == "mpi" {
+        #[cfg(feature = "mpi")]
+        return mpi::run(kind, opts);
+        #[cfg(not(feature = "mpi"))]
+        return Err(Error::invalid(
+            "gpubuf bench mpi needs the mpi feature: cargo build --release -p gpubuf-cli --features mpi",
+        ));
+    }
     let report = with_backend(kind, Runner { name, opts })?;
+    emit(&report, opts)
+}
+
+/// Prints `report` (table or JSON) and writes its plot when asked.
+///
+/// # Errors
+/// JSON and plot write errors.
+pub(crate) fn emit(report: &Report, opts: &Options) -> Result<()> {
+    let report = report.clone();
     if opts.json {
         println!("{}", serde_json::to_string(&report).map_err(|e| Error::invalid(e.to_string()))?);
     } else {
