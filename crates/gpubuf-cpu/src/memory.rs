@@ -163,6 +163,14 @@ impl CpuMemory {
         Ok(Locked { mem: self, _guard: guard })
     }
 
+    /// The allocation's first byte, for libraries that read or write host memory in place
+    /// (MPI). Getting it is safe; using it is not: reads and writes through it race with
+    /// gpubuf's own operations on this allocation unless the caller rules them out for as
+    /// long as it uses the pointer, and it dangles once the allocation is dropped.
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.ptr.as_ptr()
+    }
+
     /// Runs `f` on the bytes while holding the lock.
     ///
     /// # Errors

@@ -16,8 +16,15 @@
 //! # Ok::<(), gpubuf_core::Error>(())
 //! ```
 
+mod aware;
+mod comm;
+mod direct;
+mod requests;
 mod staging;
+mod tags;
 mod updater;
 
+pub use aware::{cuda_aware, CudaAware, CUDA_AWARE_ENV};
+pub use comm::Comm;
 pub use mpi;
 pub use updater::HaloUpdater;

@@ -1,17 +1,17 @@
 //! [`HaloUpdater`]: halo updates of several quantities with every neighbour rank.
 
+use crate::comm::Comm;
+use crate::direct::{in_place, places};
+use crate::requests::{Message, Requests};
 use crate::staging::Staging;
+use crate::tags::{self, Claim, Key};
 use gpubuf_buffer::NDBuffer;
 use gpubuf_core::{Element, Error, Kernels, Result};
 use gpubuf_halo::{
     receiving_boundary, Boundary, HaloDataTransformer, HaloExchangeSpec, Partitioner, QuantityHaloSpec,
 };
-use mpi::request::{Request, StaticScope};
 use mpi::topology::{Communicator, SimpleCommunicator};
-use mpi::traits::{Destination, Source};
-use std::collections::hash_map::DefaultHasher;
 use std::collections::BTreeMap;
-use std::hash::{Hash, Hasher};
 
 /// One neighbour rank: its transformer and the host staging buffers of its messages.
 struct Link<B: Kernels, T: Element> {
@@ -21,6 +21,11 @@ struct Link<B: Kernels, T: Element> {
     per_quantity: usize,
     send_tag: i32,
     recv_tag: i32,
+    /// Whether MPI reads the pack buffer and writes the unpack buffer in place (host memory,
+    /// or CUDA memory with a CUDA-aware MPI); else both go through the staging buffers.
+    direct: bool,
+    /// Message length in bytes (each way).
+    bytes: usize,
     send: Staging,
     recv: Staging,
 }
@@ -28,40 +33,56 @@ struct Link<B: Kernels, T: Element> {
 /// The x and (for vectors) y quantity lists of one transformer.
 type Lists<'q, B, T> = (Vec<&'q NDBuffer<B, T>>, Option<Vec<&'q NDBuffer<B, T>>>);
 
-/// Where an update stands between `start` and `wait`.
-enum Flight {
-    /// Messages posted: every request still refers to a staging buffer of the updater.
-    Posted {
-        recvs: Vec<Request<'static, [u8], StaticScope>>,
-        sends: Vec<Request<'static, [u8], StaticScope>>,
-    },
-    /// Every message completed; the received halos are staged but not (all) unpacked yet.
-    Received,
+/// An update between `start` and `wait`.
+struct Flight {
+    /// Links whose message arrived and is not unpacked yet (an unpack failed).
+    arrived: Vec<usize>,
+    /// Why `start` stopped after posting messages (some sends were never started).
+    broken: Option<Error>,
 }
+
 /// Halo updates after NDSL's `HaloUpdater`: one [`HaloDataTransformer`] per neighbour rank
 /// holding every boundary shared with it, for several quantities at once (scalars, or
-/// vectors as x and y lists). [`HaloUpdater::start`] posts the receives, packs (one launch
-/// per neighbour) and sends; [`HaloUpdater::wait`] completes the messages and unpacks.
+/// vectors as x and y lists). [`HaloUpdater::start`] starts the receives, then packs each
+/// neighbour's message (one launch) and starts its send while the next one is packed;
+/// [`HaloUpdater::wait`] unpacks each neighbour's message as it arrives. The messages are
+/// persistent MPI requests (`MPI_Send_init`/`MPI_Recv_init`), made once per updater.
 ///
-/// Device buffers are staged through host memory (no device-aware MPI is assumed).
-/// Message tags are derived from the updater's name and the boundary pairs a message
-/// carries, never from a per-rank counter, so two ranks that are neighbours on two sides
-/// still match their messages. Creating an updater is collective: it duplicates the
-/// communicator (keeping its messages apart from the caller's), so every rank must create
-/// its updaters in the same order, as for any collective call; in a different order the
-/// duplicated communicators pair up wrongly and the updates never complete.
-pub struct HaloUpdater<B: Kernels, T: Element> {
-    comm: SimpleCommunicator,
+/// Host-resident pack and unpack buffers (the CPU backend) are handed to MPI in place, and
+/// so are CUDA device buffers when MPI is CUDA-aware ([`crate::cuda_aware`], feature
+/// `cuda`); other device buffers are staged through host memory.
+///
+/// # Communicator and tags
+/// The updater uses the communicator it is given, borrowed (`&comm`: the updater then
+/// lives no longer than it) or owned (a [`SimpleCommunicator`] moved in, giving a
+/// `HaloUpdater<'static, ..>`); see [`Comm`]. Creating it is local, not collective, so ranks may create their updaters in any order.
+/// Each message's tag is derived from the updater's name and the boundary pairs it
+/// carries (never from a per-rank counter, so every rank computes the same tags, and two
+/// ranks that are neighbours on two sides still match their messages), within the
+/// communicator's `MPI_TAG_UB`. While an updater lives its tags are claimed on its
+/// communicator in this process: creating one whose messages could be confused with a live
+/// updater's (same neighbour, direction and tag: the same name, or a hash collision) is an
+/// error, never a silent exchange of each other's data. Other messages on the same
+/// communicator must not use the tags of [`HaloUpdater::tags`] while updates are in
+/// flight (or use a communicator of their own).
+pub struct HaloUpdater<'c, B: Kernels, T: Element> {
+    /// Dropped first: completes any active request before the buffers below go.
+    requests: Requests,
     links: Vec<Link<B, T>>,
     quantities: usize,
     vector: bool,
     in_flight: Option<Flight>,
+    /// Bytes copied through the host staging buffers so far (both ways).
+    staged: usize,
+    /// Released once every request is complete.
+    _claim: Claim,
+    comm: Comm<'c>,
 }
 
-impl<B: Kernels, T: Element> std::fmt::Debug for HaloUpdater<B, T> {
+impl<B: Kernels, T: Element> std::fmt::Debug for HaloUpdater<'_, B, T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("HaloUpdater")
-            .field("rank", &self.comm.rank())
+            .field("rank", &self.comm.get().rank())
             .field("neighbors", &self.links.iter().map(|l| l.rank).collect::<Vec<_>>())
             .field("quantities", &self.quantities)
             .field("vector", &self.vector)
@@ -69,45 +90,38 @@ impl<B: Kernels, T: Element> std::fmt::Debug for HaloUpdater<B, T> {
     }
 }
 
-fn tag(name: &str, pairs: &[(Boundary, Boundary)], quantities: usize, vector: bool) -> i32 {
-    let mut h = DefaultHasher::new();
-    name.hash(&mut h);
-    pairs.hash(&mut h);
-    quantities.hash(&mut h);
-    vector.hash(&mut h);
-    // MPI guarantees tags up to 32767.
-    (h.finish() % 32_768) as i32
-}
-
 fn boundary_index(b: Boundary) -> usize {
     Boundary::ALL.iter().position(|&x| x == b).unwrap_or(0)
 }
 
-impl<B: Kernels, T: Element> HaloUpdater<B, T> {
+impl<'c, B: Kernels, T: Element> HaloUpdater<'c, B, T> {
     /// An updater for this rank of `comm` (a rank of `partitioner`): `x[q]` describes
     /// quantity `q` (for vectors its x component, with `y[q]` its y component). `name`
     /// identifies the updater on every rank (it seeds the message tags).
     ///
-    /// Collective over `comm` (it duplicates the communicator first, so a rank that then
-    /// fails a check does not leave the others waiting in `new`).
+    /// Not collective: nothing is sent until [`HaloUpdater::start`].
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] when the communicator size differs from the
     /// partitioner's ranks, for an empty quantity list, x and y lists of different lengths,
     /// a spec without halo points (NDSL refuses them too), a partitioner naming a rank
-    /// outside the communicator, or a message longer than MPI can count (`i32::MAX`
-    /// bytes); [`Error::OutOfMemory`] when the host staging buffers cannot be allocated;
-    /// spec errors from the transformers.
+    /// outside the communicator, a message longer than MPI can count (`i32::MAX`
+    /// bytes), a bad `GPUBUF_MPI_CUDA_AWARE` value, or tags that an updater alive on the same communicator uses (see
+    /// [`HaloUpdater`]); [`Error::OutOfMemory`] when the host staging buffers cannot be
+    /// allocated; spec errors from the transformers.
     pub fn new(
         backend: &B,
-        comm: &SimpleCommunicator,
+        comm: impl Into<Comm<'c>>,
         partitioner: &dyn Partitioner,
         x: &[QuantityHaloSpec],
         y: Option<&[QuantityHaloSpec]>,
         name: &str,
     ) -> Result<Self> {
-        let comm = comm.duplicate();
-        let size = comm.size() as usize;
+        let comm: Comm<'c> = comm.into();
+        let world: &SimpleCommunicator = comm.get();
+        let size = world.size() as usize;
+        let ub = tags::tag_ub(world);
+        let aware = crate::cuda_aware()?.enabled;
         if size != partitioner.total_ranks() {
             return Err(Error::invalid(format!(
                 "communicator of {size} ranks for a partitioner of {}",
@@ -120,7 +134,7 @@ impl<B: Kernels, T: Element> HaloUpdater<B, T> {
         if x.iter().chain(y.into_iter().flatten()).any(|s| s.n_halo == 0) {
             return Err(Error::invalid("cannot perform a halo update on zero halo points"));
         }
-        let me = comm.rank() as usize;
+        let me = world.rank() as usize;
         // Outgoing links by neighbour, in the order of this rank's boundaries.
         let mut out: BTreeMap<usize, Vec<(Boundary, i32)>> = BTreeMap::new();
         for b in Boundary::ALL {
@@ -177,17 +191,75 @@ impl<B: Kernels, T: Element> HaloUpdater<B, T> {
                     transformer.buffer_len()
                 ))
             })?;
+            let direct = in_place(&transformer, aware)?;
             links.push(Link {
                 rank: n,
                 per_quantity: sends.len(),
-                send_tag: tag(name, &out_pairs, x.len(), y.is_some()),
-                recv_tag: tag(name, &incoming, x.len(), y.is_some()),
+                send_tag: tags::tag(name, &out_pairs, x.len(), y.is_some(), ub),
+                recv_tag: tags::tag(name, &incoming, x.len(), y.is_some(), ub),
                 transformer,
-                send: Staging::new(bytes)?,
-                recv: Staging::new(bytes)?,
+                direct,
+                bytes,
+                send: Staging::new(if direct { 0 } else { bytes })?,
+                recv: Staging::new(if direct { 0 } else { bytes })?,
             });
         }
-        Ok(HaloUpdater { comm, links, quantities: x.len(), vector: y.is_some(), in_flight: None })
+        let keys = links
+            .iter()
+            .flat_map(|l| {
+                [
+                    Key { peer: l.rank, send: true, tag: l.send_tag },
+                    Key { peer: l.rank, send: false, tag: l.recv_tag },
+                ]
+            })
+            .collect();
+        let claim = tags::claim(world, name, keys)?;
+        let (mut recvs, mut sends) = (Vec::new(), Vec::new());
+        for l in &links {
+            let (from, into) =
+                if l.direct { places(&l.transformer, aware)? } else { (l.send.as_ptr(), l.recv.as_ptr()) };
+            let rank = l.rank as i32; // below the communicator's size, an i32
+            recvs.push(Message { rank, tag: l.recv_tag, ptr: into, len: l.bytes });
+            sends.push(Message { rank, tag: l.send_tag, ptr: from, len: l.bytes });
+        }
+        // SAFETY: each message is `bytes` bytes of a staging buffer of its link (a raw
+        // allocation that never moves) or, for a direct link, of its transformer's pack or
+        // unpack buffer (a CPU or, with a CUDA-aware MPI, CUDA allocation of its own, held
+        // by the transformer, which the updater keeps private and never finalizes). They outlive the requests, which are
+        // dropped first. While a request is active nothing else touches its bytes: `start`
+        // writes a send's bytes only before starting it and refuses to run while an update
+        // is in flight; `wait` reads a receive's bytes (or unpacks from them) only after it
+        // completed; a pack buffer is only written by packing, in `start`.
+        let requests = unsafe { Requests::new(world, &recvs, &sends)? };
+        Ok(HaloUpdater {
+            requests,
+            links,
+            quantities: x.len(),
+            vector: y.is_some(),
+            in_flight: None,
+            staged: 0,
+            _claim: claim,
+            comm,
+        })
+    }
+
+    /// Bytes copied between the transformers' buffers and host staging buffers by every
+    /// update so far (sent plus received): 0 when every buffer is host memory that MPI
+    /// reads and writes in place (the CPU backend).
+    pub fn staged_bytes(&self) -> usize {
+        self.staged
+    }
+
+    /// The bytes of each message, per neighbour: (neighbour rank, bytes sent to it, which is
+    /// also the bytes received from it).
+    pub fn message_bytes(&self) -> Vec<(usize, usize)> {
+        self.links.iter().map(|l| (l.rank, l.bytes)).collect()
+    }
+
+    /// The messages' tags: (neighbour rank, tag of the message sent to it, tag of the one
+    /// received from it).
+    pub fn tags(&self) -> Vec<(usize, i32, i32)> {
+        self.links.iter().map(|l| (l.rank, l.send_tag, l.recv_tag)).collect()
     }
 
     /// Neighbour ranks, one transformer and one message each way per neighbour.
@@ -232,87 +304,107 @@ impl<B: Kernels, T: Element> HaloUpdater<B, T> {
         Ok(all)
     }
 
-    /// Packs every neighbour's message, stages it on the host, then posts the receives
-    /// and sends. Every check and every fallible step comes before the first message is
-    /// posted: on an error nothing is in flight and the updater is ready for another
-    /// `start`.
+    /// Starts every receive, then, neighbour by neighbour, packs its message, stages it on
+    /// the host (device memory only) and starts its send, so a message travels while the
+    /// next one is packed. Every check comes before the first message is started.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] when an update is already in flight or for the wrong
-    /// number of quantities; the transformer's errors for quantities of the wrong shape,
-    /// strides or device; pack and transfer errors.
+    /// number of quantities, and the transformer's errors for quantities of the wrong shape,
+    /// strides or device: nothing is started, the updater is ready for another `start`.
+    /// A pack or transfer error (a driver error) after the receives started leaves the
+    /// update in flight with the sends of the neighbours before it started: `wait`
+    /// completes those messages and then returns that error (the neighbours whose message
+    /// was never sent are left waiting for it).
     pub fn start(&mut self, x: &[&NDBuffer<B, T>], y: Option<&[&NDBuffer<B, T>]>) -> Result<()> {
         if self.in_flight.is_some() {
             return Err(Error::invalid("a halo update is already in flight; call wait first"));
         }
         let _span = tracing::debug_span!("halo.start", neighbors = self.links.len()).entered();
         let lists = self.checked_lists(x, y)?;
-        for (link, (xs, ys)) in self.links.iter_mut().zip(&lists) {
-            link.transformer.async_pack(xs, ys.as_deref())?;
+        self.requests.start_receives()?;
+        self.in_flight = Some(Flight { arrived: Vec::new(), broken: None });
+        for (k, (xs, ys)) in lists.iter().enumerate() {
+            if let Err(e) = self.pack_and_send(k, xs, ys.as_deref()) {
+                let message = e.to_string();
+                if let Some(f) = self.in_flight.as_mut() {
+                    f.broken = Some(e);
+                }
+                return Err(Error::invalid(format!(
+                    "halo update stopped after starting its messages ({message}); call wait to complete them"
+                )));
+            }
         }
-        for link in &mut self.links {
-            // SAFETY: no update is in flight (checked above), so MPI holds no request on
-            // this buffer.
-            let send = unsafe { link.send.bytes_mut() };
-            link.transformer.pack_buffer()?.read_into(0, send)?;
-        }
-        // Nothing below can fail (the lists never grow past their capacity, message
-        // lengths fit an MPI count): no request is ever dropped unfinished.
-        let (mut recvs, mut sends) =
-            (Vec::with_capacity(self.links.len()), Vec::with_capacity(self.links.len()));
-        for link in &mut self.links {
-            // SAFETY: `link.recv` is a live allocation of `len` bytes owned by the updater
-            // and held by raw pointer. Nothing else reads, writes or frees it until this
-            // request completes: `wait` completes it before reading the bytes, `start`
-            // refuses to run while it is in flight, and `Drop` completes it before the links
-            // (and their buffers) are freed; a leaked updater leaks the buffer too.
-            let buf: &'static mut [u8] =
-                unsafe { std::slice::from_raw_parts_mut(link.recv.as_ptr(), link.recv.len()) };
-            let p = self.comm.process_at_rank(link.rank as i32);
-            recvs.push(p.immediate_receive_into_with_tag(StaticScope, buf, link.recv_tag));
-        }
-        for link in &self.links {
-            // SAFETY: as for the receive buffer: `link.send` is only written by `start`
-            // (above, before any request exists), which does not run again until `wait` or
-            // `Drop` has completed this send.
-            let buf: &'static [u8] =
-                unsafe { std::slice::from_raw_parts(link.send.as_ptr(), link.send.len()) };
-            let p = self.comm.process_at_rank(link.rank as i32);
-            sends.push(p.immediate_send_with_tag(StaticScope, buf, link.send_tag));
-        }
-        self.in_flight = Some(Flight::Posted { recvs, sends });
         Ok(())
     }
 
-    /// Completes the messages of [`HaloUpdater::start`] and unpacks every received halo.
-    /// The quantities are checked before anything completes: on a wrong argument the
-    /// update stays in flight and `wait` can be called again with the right ones.
+    /// Packs link `k`'s message, stages it unless MPI reads the pack buffer in place, and
+    /// starts its send.
+    fn pack_and_send(
+        &mut self,
+        k: usize,
+        xs: &[&NDBuffer<B, T>],
+        ys: Option<&[&NDBuffer<B, T>]>,
+    ) -> Result<()> {
+        let link = &mut self.links[k];
+        link.transformer.async_pack(xs, ys)?;
+        if link.direct {
+            // The pack (a kernel on a device) must be complete before MPI reads its buffer.
+            link.transformer.synchronize()?;
+        } else {
+            // SAFETY: the send of this link is not active (the previous update completed
+            // it, and this one starts it below), so MPI does not read this buffer.
+            let send = unsafe { link.send.bytes_mut() };
+            link.transformer.pack_buffer()?.read_into(0, send)?;
+            self.staged = self.staged.saturating_add(2 * link.bytes);
+        }
+        self.requests.start_send(k)
+    }
+
+    /// Completes the messages of [`HaloUpdater::start`], unpacking each neighbour's halo as
+    /// soon as its message arrives (`MPI_Waitany`), then completes the sends. The
+    /// quantities are checked before anything completes: on a wrong argument the update
+    /// stays in flight and `wait` can be called again with the right ones.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] without an update in flight or for the wrong quantities
     /// (nothing changes); unpack errors (driver errors), after which some halos may be
-    /// updated and the received data is kept: the next `wait` unpacks it again.
+    /// updated and the update stays in flight: the next `wait` unpacks the message that
+    /// failed again and goes on with the others.
     pub fn wait(&mut self, x: &[&NDBuffer<B, T>], y: Option<&[&NDBuffer<B, T>]>) -> Result<()> {
         if self.in_flight.is_none() {
             return Err(Error::invalid("no halo update in flight"));
         }
         let lists = self.checked_lists(x, y)?;
         let _span = tracing::debug_span!("halo.wait", neighbors = self.links.len()).entered();
-        if let Some(Flight::Posted { recvs, sends }) = self.in_flight.take() {
-            complete(recvs, sends);
+        let Some(flight) = self.in_flight.as_mut() else {
+            return Err(Error::invalid("no halo update in flight"));
+        };
+        loop {
+            while let Some(&k) = flight.arrived.first() {
+                let link = &mut self.links[k];
+                if !link.direct {
+                    // SAFETY: this link's receive completed, so MPI no longer writes its
+                    // buffer.
+                    let recv = unsafe { link.recv.bytes() };
+                    link.transformer.receive_host(recv)?;
+                }
+                link.transformer.async_unpack(&lists[k].0, lists[k].1.as_deref())?;
+                flight.arrived.remove(0);
+            }
+            match self.requests.wait_any_receive()? {
+                Some(k) => flight.arrived.push(k),
+                None => break,
+            }
         }
-        self.in_flight = Some(Flight::Received);
-        for (link, (xs, ys)) in self.links.iter_mut().zip(&lists) {
-            // SAFETY: every request completed above, so MPI no longer writes this buffer.
-            let recv = unsafe { link.recv.bytes() };
-            link.transformer.receive_host(recv)?;
-            link.transformer.async_unpack(xs, ys.as_deref())?;
-        }
+        self.requests.wait_sends()?;
         for link in &self.links {
             link.transformer.synchronize()?;
         }
-        self.in_flight = None;
-        Ok(())
+        match self.in_flight.take().and_then(|f| f.broken) {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
     }
 
     /// Whether an update was started and not yet completed by a successful `wait`.
@@ -327,29 +419,5 @@ impl<B: Kernels, T: Element> HaloUpdater<B, T> {
     pub fn update(&mut self, x: &[&NDBuffer<B, T>], y: Option<&[&NDBuffer<B, T>]>) -> Result<()> {
         self.start(x, y)?;
         self.wait(x, y)
-    }
-}
-
-impl<B: Kernels, T: Element> Drop for HaloUpdater<B, T> {
-    /// Completes the messages of an update still in flight before the staging buffers go
-    /// (it blocks until the neighbours' matching messages arrive, as `wait` does): MPI never
-    /// writes into or reads from freed memory, and no request is dropped unfinished.
-    fn drop(&mut self) {
-        if let Some(Flight::Posted { recvs, sends }) = self.in_flight.take() {
-            complete(recvs, sends);
-        }
-    }
-}
-
-/// Waits for every request.
-fn complete(
-    recvs: Vec<Request<'static, [u8], StaticScope>>,
-    sends: Vec<Request<'static, [u8], StaticScope>>,
-) {
-    for r in recvs {
-        r.wait();
-    }
-    for s in sends {
-        s.wait();
     }
 }

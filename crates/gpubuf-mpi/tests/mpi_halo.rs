@@ -111,6 +111,14 @@ fn tile_case<B: Kernels>(
             tile.verify(&arrays[q], salt)?;
         }
     }
+    // Host memory goes to MPI in place; device memory through host staging, both ways.
+    for up in [&scalars, &vectors] {
+        let staged = up.staged_bytes();
+        let host = B::KIND == gpubuf_core::BackendKind::Cpu;
+        if host != (staged == 0) {
+            return Err(Error::invalid(format!("{} backend: {staged} bytes staged", B::KIND.name())));
+        }
+    }
     Ok(())
 }
 
@@ -145,7 +153,7 @@ fn errors_case<B: Kernels>(b: &B, comm: &SimpleCommunicator, layout: (usize, usi
     let (u, v) = (tile.array(b, 0.0)?, tile.array(b, 0.5)?);
     let wrong_shape = NDBuffer::<B, f64>::zeros(b, &[3, 3, NZ])?;
     let spec = std::slice::from_ref(&tile.spec);
-    // Refused updaters (every rank refuses alike, after the collective duplicate).
+    // Refused updaters (every rank refuses alike).
     let mut no_halo = tile.spec.clone();
     no_halo.n_halo = 0;
     let size = comm.size() as usize;
@@ -194,6 +202,45 @@ fn errors_case<B: Kernels>(b: &B, comm: &SimpleCommunicator, layout: (usize, usi
     let w = tile.array(b, 0.25)?;
     HaloUpdater::<B, f64>::new(b, comm, &tile.part, spec, None, "errors")?.update(&[&w], None)?;
     tile.verify(&w, 0.25)
+}
+
+/// Two updaters with messages of equal sizes, created and started in opposite orders on
+/// neighbouring ranks and in flight at once, each completed in the other order: every message reaches
+/// its own updater (tags depend on the name, not on creation order). A second updater of
+/// a name alive on the communicator is refused; once the first is dropped it is not.
+fn tags_case<B: Kernels>(b: &B, comm: &SimpleCommunicator, layout: (usize, usize)) -> Result<()> {
+    let tile = Tile::new(comm, layout, true)?;
+    let (u, v) = (tile.array(b, 0.0)?, tile.array(b, 0.5)?);
+    let spec = std::slice::from_ref(&tile.spec);
+    let make = |name: &str| HaloUpdater::<B, f64>::new(b, comm, &tile.part, spec, None, name);
+    let (mut first, mut second) = if tile.me % 2 == 0 {
+        let f = make("first")?;
+        (f, make("second")?)
+    } else {
+        let s = make("second")?;
+        (make("first")?, s)
+    };
+    if first.tags().iter().any(|t| second.tags().iter().any(|o| o.1 == t.1 && o.0 == t.0)) {
+        return Err(Error::invalid("two updaters share a tag"));
+    }
+    expect_invalid("a second live updater named first", make("first").map(drop))?;
+    // Started in opposite orders too: with one tag for both, MPI would pair one rank's
+    // first message with its neighbour's second receive.
+    if tile.me % 2 == 0 {
+        first.start(&[&u], None)?;
+        second.start(&[&v], None)?;
+    } else {
+        second.start(&[&v], None)?;
+        first.start(&[&u], None)?;
+    }
+    second.wait(&[&v], None)?;
+    first.wait(&[&u], None)?;
+    tile.verify(&u, 0.0)?;
+    tile.verify(&v, 0.5)?;
+    drop(first);
+    let w = tile.array(b, 0.75)?;
+    make("first")?.update(&[&w], None)?;
+    tile.verify(&w, 0.75)
 }
 
 /// The cubed sphere with one rank per face: every halo equals the neighbour face's edge,
@@ -270,11 +317,13 @@ fn run_all<B: Kernels>(b: &B, world: &SimpleCommunicator, results: &mut Vec<(Str
         1 => {
             results.push((format!("{tag} tile 1x1 periodic"), tile_case(b, world, (1, 1), true)));
             results.push((format!("{tag} tile 1x1 errors"), errors_case(b, world, (1, 1))));
+            results.push((format!("{tag} tile 1x1 tags"), tags_case(b, world, (1, 1))));
         }
         4 => {
             results.push((format!("{tag} tile 2x2 periodic"), tile_case(b, world, (2, 2), true)));
             results.push((format!("{tag} tile 2x2 open"), tile_case(b, world, (2, 2), false)));
             results.push((format!("{tag} tile 2x2 errors"), errors_case(b, world, (2, 2))));
+            results.push((format!("{tag} tile 2x2 tags"), tags_case(b, world, (2, 2))));
             // Two independent 1x2 periodic decompositions: each rank's west and east
             // neighbour is the same rank.
             let pair = world.split_by_color(Color::with_value(world.rank() / 2));
@@ -285,6 +334,7 @@ fn run_all<B: Kernels>(b: &B, world: &SimpleCommunicator, results: &mut Vec<(Str
         6 => {
             results.push((format!("{tag} cubed sphere 1x1"), cube_case(b, world)));
             results.push((format!("{tag} tile 2x3 errors"), errors_case(b, world, (2, 3))));
+            results.push((format!("{tag} tile 2x3 tags"), tags_case(b, world, (2, 3))));
         }
         n => results.push((format!("{tag} world of {n}"), Err(Error::invalid("run with 1, 4 or 6 ranks")))),
     }

@@ -5,6 +5,8 @@ mod copy;
 mod demo;
 mod halo;
 mod mirror;
+#[cfg(feature = "mpi")]
+mod mpi;
 mod pool;
 
 use crate::plot;
@@ -65,7 +67,7 @@ pub struct Report {
     pub results: Vec<Entry>,
 }
 
-const BENCHES: [(&str, &str); 6] = [
+const BENCHES: [(&str, &str); 7] = [
     (
         "copy",
         "copy-plan gather (contiguous, transpose, halo strips, reversed+negated) vs a plain device copy of the same bytes",
@@ -75,6 +77,7 @@ const BENCHES: [(&str, &str); 6] = [
     ("mirror", "mirror sync after 102 sparse writes into 64 MiB: exact ranges vs glumpy's hull vs a full upload"),
     ("halo", "halo pack/unpack of NDSL-sized exchanges (c192 rotated and vector, c48 x30) vs a device copy"),
     ("demo", "the demo's steps/s at 256^2 and 1024^2 vs the CPU backend, host bytes per step, checksums compared"),
+    ("mpi", "halo updates across ranks (mpirun -n 6 or -n 4; feature mpi) vs a raw MPI exchange of the same bytes"),
 ];
 
 /// The benchmark list, as `gpubuf bench --list` and `gpubuf bench --help` print it.
@@ -156,14 +159,30 @@ impl BackendVisitor for Runner<'_> {
 /// # Errors
 /// Unknown benchmark, unavailable backend, or a failure while measuring.
 pub fn run(name: &str, kind: BackendKind, opts: &Options) -> Result<()> {
+    if name == "mpi" {
+        #[cfg(feature = "mpi")]
+        return mpi::run(kind, opts);
+        #[cfg(not(feature = "mpi"))]
+        return Err(Error::invalid(
+            "gpubuf bench mpi needs the mpi feature: cargo build --release -p gpubuf-cli --features mpi",
+        ));
+    }
     let report = with_backend(kind, Runner { name, opts })?;
+    emit(&report, opts)
+}
+
+/// Prints `report` (table or JSON) and writes its plot when asked.
+///
+/// # Errors
+/// JSON and plot write errors.
+pub(crate) fn emit(report: &Report, opts: &Options) -> Result<()> {
     if opts.json {
-        println!("{}", serde_json::to_string(&report).map_err(|e| Error::invalid(e.to_string()))?);
+        println!("{}", serde_json::to_string(report).map_err(|e| Error::invalid(e.to_string()))?);
     } else {
-        print_table(&report);
+        print_table(report);
     }
     if let Some(path) = &opts.plot {
-        plot::write_report(&report, path)?;
+        plot::write_report(report, path)?;
         eprintln!("plot written to {}", path.display());
     }
     Ok(())

@@ -1,0 +1,181 @@
+//! The persistent MPI requests of a halo updater: one receive and one send per neighbour,
+//! created once (`MPI_Recv_init` / `MPI_Send_init`) over buffers that never move, started
+//! for every update and freed with the updater.
+
+use gpubuf_core::{Error, Result};
+use mpi::ffi::{self, MPI_Request};
+use mpi::raw::AsRaw;
+use mpi::topology::SimpleCommunicator;
+use std::ffi::{c_int, c_void};
+
+/// One message of a link: its peer, tag, and the bytes MPI reads or writes.
+pub(crate) struct Message {
+    /// Peer rank.
+    pub rank: c_int,
+    /// Tag.
+    pub tag: c_int,
+    /// First byte.
+    pub ptr: *mut u8,
+    /// Length in bytes (at most `i32::MAX`).
+    pub len: usize,
+}
+
+/// Persistent requests, receives and sends indexed by link. Active requests are always
+/// completed before the buffers they name are freed: by [`Requests::wait_sends`] /
+/// [`Requests::wait_any_receive`], or by `Drop`.
+pub(crate) struct Requests {
+    recv: Vec<MPI_Request>,
+    send: Vec<MPI_Request>,
+    /// Which requests are started and not completed.
+    recv_active: Vec<bool>,
+    send_active: Vec<bool>,
+}
+
+fn check(code: c_int, what: &str) -> Result<()> {
+    if code == ffi::MPI_SUCCESS as c_int {
+        Ok(())
+    } else {
+        Err(Error::invalid(format!("{what} failed with MPI error code {code}")))
+    }
+}
+
+impl Requests {
+    /// Creates the persistent requests (no message moves yet).
+    ///
+    /// # Safety
+    /// Every message's `ptr..ptr + len` must stay valid (allocated, not moved) until the
+    /// returned value is dropped, and nothing but MPI may read a receive's bytes or write a
+    /// send's bytes while its request is active.
+    ///
+    /// # Errors
+    /// MPI errors (with an error handler that returns them).
+    pub(crate) unsafe fn new(
+        comm: &SimpleCommunicator,
+        recvs: &[Message],
+        sends: &[Message],
+    ) -> Result<Self> {
+        let mut r =
+            Requests { recv: Vec::new(), send: Vec::new(), recv_active: Vec::new(), send_active: Vec::new() };
+        for m in recvs {
+            // SAFETY: reads an immutable handle constant of the MPI library.
+            let mut req = unsafe { ffi::RSMPI_REQUEST_NULL };
+            // SAFETY: MPI writes the request slot; the buffer's validity while the request
+            // lives is the caller's promise; the count fits (messages are at most
+            // i32::MAX bytes).
+            let code = unsafe {
+                ffi::MPI_Recv_init(
+                    m.ptr.cast::<c_void>(),
+                    m.len as c_int,
+                    ffi::RSMPI_UINT8_T,
+                    m.rank,
+                    m.tag,
+                    comm.as_raw(),
+                    &mut req,
+                )
+            };
+            check(code, "MPI_Recv_init")?;
+            r.recv.push(req);
+            r.recv_active.push(false);
+        }
+        for m in sends {
+            // SAFETY: reads an immutable handle constant of the MPI library.
+            let mut req = unsafe { ffi::RSMPI_REQUEST_NULL };
+            // SAFETY: as for the receives.
+            let code = unsafe {
+                ffi::MPI_Send_init(
+                    m.ptr.cast::<c_void>().cast_const(),
+                    m.len as c_int,
+                    ffi::RSMPI_UINT8_T,
+                    m.rank,
+                    m.tag,
+                    comm.as_raw(),
+                    &mut req,
+                )
+            };
+            check(code, "MPI_Send_init")?;
+            r.send.push(req);
+            r.send_active.push(false);
+        }
+        Ok(r)
+    }
+
+    /// Starts every receive.
+    pub(crate) fn start_receives(&mut self) -> Result<()> {
+        for (req, active) in self.recv.iter_mut().zip(&mut self.recv_active) {
+            // SAFETY: an inactive persistent request of this value.
+            check(unsafe { ffi::MPI_Start(req) }, "MPI_Start")?;
+            *active = true;
+        }
+        Ok(())
+    }
+
+    /// Starts the send of link `k`.
+    pub(crate) fn start_send(&mut self, k: usize) -> Result<()> {
+        let (Some(req), Some(active)) = (self.send.get_mut(k), self.send_active.get_mut(k)) else {
+            return Err(Error::invalid(format!("no link {k}")));
+        };
+        // SAFETY: an inactive persistent request of this value (a send is started once per
+        // update, after the previous update's sends completed).
+        check(unsafe { ffi::MPI_Start(req) }, "MPI_Start")?;
+        *active = true;
+        Ok(())
+    }
+
+    /// Waits for one active receive to complete; the link it belongs to, or `None` when no
+    /// receive is active.
+    pub(crate) fn wait_any_receive(&mut self) -> Result<Option<usize>> {
+        if !self.recv_active.iter().any(|&a| a) {
+            return Ok(None);
+        }
+        let mut index: c_int = ffi::MPI_UNDEFINED;
+        // SAFETY: `recv` holds this value's persistent requests (inactive ones are ignored);
+        // MPI writes `index` only. At most 8 links: the count fits.
+        let code = unsafe {
+            ffi::MPI_Waitany(
+                self.recv.len() as c_int,
+                self.recv.as_mut_ptr(),
+                &mut index,
+                ffi::RSMPI_STATUS_IGNORE,
+            )
+        };
+        check(code, "MPI_Waitany")?;
+        match usize::try_from(index).ok().filter(|&k| k < self.recv.len()) {
+            Some(k) => {
+                self.recv_active[k] = false;
+                Ok(Some(k))
+            }
+            None => {
+                self.recv_active.iter_mut().for_each(|a| *a = false);
+                Ok(None)
+            }
+        }
+    }
+
+    /// Waits for every active send.
+    pub(crate) fn wait_sends(&mut self) -> Result<()> {
+        // SAFETY: this value's persistent requests; inactive ones are ignored.
+        let code = unsafe {
+            ffi::MPI_Waitall(self.send.len() as c_int, self.send.as_mut_ptr(), ffi::RSMPI_STATUSES_IGNORE)
+        };
+        check(code, "MPI_Waitall")?;
+        self.send_active.iter_mut().for_each(|a| *a = false);
+        Ok(())
+    }
+
+    /// Completes every active request (receives first), ignoring errors: what `Drop` and an
+    /// abandoned update need before buffers may go.
+    pub(crate) fn complete_all(&mut self) {
+        while let Ok(Some(_)) = self.wait_any_receive() {}
+        let _ = self.wait_sends();
+    }
+}
+
+impl Drop for Requests {
+    fn drop(&mut self) {
+        self.complete_all();
+        for req in self.recv.iter_mut().chain(self.send.iter_mut()) {
+            // SAFETY: an inactive persistent request of this value, freed once.
+            unsafe { ffi::MPI_Request_free(req) };
+        }
+    }
+}
