@@ -28,6 +28,7 @@ Environment:
   GPUBUF_CUDA_DEVICE    CUDA device ordinal
   GPUBUF_CL_CHUNK       elements per work-item of the OpenCL copy kernel on CPU devices (default 64)
   GPUBUF_LOG            trace | debug | info: tracing spans around every copy and launch, on stderr
+  GPUBUF_MPI_CUDA_AWARE 1 | 0: MPI reads CUDA device memory itself (default: asked of Open MPI)
   OCL_ICD_VENDORS       where the OpenCL loader looks for platforms (ocl-icd)
   LD_LIBRARY_PATH       where libcuda and libnvrtc are found for the CUDA backend";
 

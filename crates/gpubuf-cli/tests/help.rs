@@ -16,7 +16,13 @@ fn help_lists_the_commands_docs_and_environment() {
         assert!(line.is_some_and(|l| l.len() > 20), "{command} has a one-line description:\n{help}");
     }
     assert!(help.contains("README.md") && help.contains("docs/benchmarks.md"), "{help}");
-    for var in ["GPUBUF_OPENCL_DEVICE", "GPUBUF_CUDA_DEVICE", "GPUBUF_CL_CHUNK", "GPUBUF_LOG"] {
+    for var in [
+        "GPUBUF_OPENCL_DEVICE",
+        "GPUBUF_CUDA_DEVICE",
+        "GPUBUF_CL_CHUNK",
+        "GPUBUF_LOG",
+        "GPUBUF_MPI_CUDA_AWARE",
+    ] {
         assert!(help.contains(var), "{var} missing:\n{help}");
     }
 }
