@@ -134,21 +134,30 @@ pub fn test_all() -> bool {
     if probe["opencl"].is_ok() {
         backends.push("opencl");
     }
-    for b in backends {
-        let mut cmd = Command::new("cargo");
-        cmd.args([
-            "run",
-            "--quiet",
-            "-p",
-            "gpubuf-examples",
-            "--features",
-            "opencl",
-            "--example",
-            "batch_frames",
-        ]);
-        cmd.args(["--", b]);
-        tally.step(&format!("example batch_frames on {b}"), run_ok(&mut cmd));
+    // (name, whether it takes the backend as its argument): the others pick theirs.
+    let examples = [
+        ("batch_frames", true),
+        ("first_hour", true),
+        ("adopt_foreign", true),
+        ("opencl_halo_kernel", false),
+    ];
+    for (name, per_backend) in examples {
+        let runs: Vec<Option<&str>> =
+            if per_backend { backends.iter().map(|&b| Some(b)).collect() } else { vec![None] };
+        for b in runs {
+            let mut cmd = Command::new("cargo");
+            cmd.args(["run", "--quiet", "-p", "gpubuf-examples", "--features", "opencl", "--example", name]);
+            if let Some(b) = b {
+                cmd.args(["--", b]);
+            }
+            let label = b.map_or(format!("example {name}"), |b| format!("example {name} on {b}"));
+            tally.step(&label, run_ok(&mut cmd));
+        }
     }
+    // Without a GPU it must say so and exit successfully.
+    let mut cmd = Command::new("cargo");
+    cmd.args(["run", "--quiet", "-p", "gpubuf-examples", "--features", "cuda", "--example", "cuda_kernel"]);
+    tally.step("example cuda_kernel", run_ok(&mut cmd));
 
     let ptx = test_lines.iter().any(|l| l.starts_with("test cuda_kernels_compile_to_ptx ... ok"));
     println!();
