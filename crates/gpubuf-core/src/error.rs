@@ -30,6 +30,30 @@ pub enum Error {
         /// The shape it was given.
         got: Vec<usize>,
     },
+    /// A length is not the one the operation needs: a byte buffer or a list of the wrong
+    /// size. Unlike [`Error::ShapeMismatch`] it names its unit and, for the bytes of typed
+    /// elements, the element count expected. Not retryable: pass data of the right length.
+    ///
+    /// ```
+    /// use gpubuf_core::{DType, Error};
+    /// let e = Error::byte_length("halo data", 23040, 8, Some(DType::F64));
+    /// assert_eq!(e.to_string(), "halo data: expected 23040 bytes (2880 float64 elements), got 8 bytes");
+    /// assert!(!e.is_retryable());
+    /// ```
+    #[error("{what}: expected {expected} {unit}{}, got {got} {unit}", fmt_elements(*elements))]
+    LengthMismatch {
+        /// What was measured (the argument or buffer).
+        what: String,
+        /// The unit of both lengths, e.g. `"bytes"`.
+        unit: &'static str,
+        /// The length the operation needs.
+        expected: usize,
+        /// The length it was given.
+        got: usize,
+        /// For a length in bytes of typed elements: their dtype and how many the operation
+        /// needs.
+        elements: Option<(crate::DType, usize)>,
+    },
     /// An array's element type is not the one the operation needs.
     #[error("dtype mismatch: expected {expected}, got {got}")]
     DTypeMismatch {
@@ -137,6 +161,14 @@ pub struct PoolStats {
     pub limit: Option<usize>,
 }
 
+fn fmt_elements(elements: Option<(crate::DType, usize)>) -> String {
+    match elements {
+        Some((dtype, 1)) => format!(" (1 {dtype} element)"),
+        Some((dtype, n)) => format!(" ({n} {dtype} elements)"),
+        None => String::new(),
+    }
+}
+
 fn fmt_available(available: Option<usize>) -> String {
     match available {
         Some(a) => format!(" ({a} available)"),
@@ -154,6 +186,24 @@ impl Error {
     /// Shorthand for [`Error::InvalidArgument`].
     pub fn invalid(msg: impl Into<String>) -> Self {
         Error::InvalidArgument(msg.into())
+    }
+
+    /// [`Error::LengthMismatch`] in bytes: `expected` and `got` are byte lengths; with a
+    /// `dtype`, the message also gives how many elements of it `expected` holds (rounded
+    /// down when it is not a whole number of them).
+    pub fn byte_length(
+        what: impl Into<String>,
+        expected: usize,
+        got: usize,
+        dtype: Option<crate::DType>,
+    ) -> Self {
+        Error::LengthMismatch {
+            what: what.into(),
+            unit: "bytes",
+            expected,
+            got,
+            elements: dtype.and_then(|d| expected.checked_div(d.size()).map(|n| (d, n))),
+        }
     }
 
     /// Shorthand for [`Error::InvalidPlan`].

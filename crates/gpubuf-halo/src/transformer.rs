@@ -380,13 +380,13 @@ impl<B: Kernels, T: Element> HaloDataTransformer<B, T> {
     /// borrowing the transformer twice.
     ///
     /// # Errors
-    /// [`Error::ShapeMismatch`] when `data` is not exactly the buffer's size, both given
-    /// in **bytes** (`expected: [buffer_len() * element size]`, `got: [data.len()]`);
-    /// [`Error::DeviceMismatch`] when it lives on another device; driver errors.
+    /// [`Error::LengthMismatch`] in bytes when `data` is not exactly the unpack buffer's
+    /// size (`expected: buffer_len() * element size`, `got: data.len()`, with the element
+    /// count); [`Error::DeviceMismatch`] when it lives on another device; driver errors.
     pub fn receive(&mut self, data: &Buffer<B>) -> Result<()> {
         let buf = self.unpack_buffer.as_ref().ok_or_else(|| Error::invalid("transformer finalized"))?;
         if data.len() != buf.len() {
-            return Err(Error::ShapeMismatch { expected: vec![buf.len()], got: vec![data.len()] });
+            return Err(Error::byte_length("received halo data", buf.len(), data.len(), Some(T::DTYPE)));
         }
         if !data.backend().same_device(&self.backend) {
             return Err(Error::DeviceMismatch("received data lives on another device".into()));
@@ -398,13 +398,13 @@ impl<B: Kernels, T: Element> HaloDataTransformer<B, T> {
     /// buffer.
     ///
     /// # Errors
-    /// [`Error::ShapeMismatch`] when `data` does not hold exactly `buffer_len()` elements,
-    /// both lengths given in **bytes** (`expected: [buffer_len() * element size]`,
-    /// `got: [data.len()]`): pass `bytemuck::cast_slice(&values)` of `buffer_len()` values.
+    /// [`Error::LengthMismatch`] in bytes when `data` does not hold exactly `buffer_len()`
+    /// elements (`expected: buffer_len() * element size`, `got: data.len()`, with the
+    /// element count): pass `bytemuck::cast_slice(&values)` of `buffer_len()` values.
     pub fn receive_host(&mut self, data: &[u8]) -> Result<()> {
         let buf = self.unpack_buffer.as_ref().ok_or_else(|| Error::invalid("transformer finalized"))?;
         if data.len() != buf.len() {
-            return Err(Error::ShapeMismatch { expected: vec![buf.len()], got: vec![data.len()] });
+            return Err(Error::byte_length("received halo data", buf.len(), data.len(), Some(T::DTYPE)));
         }
         self.backend.write(&self.stream, buf.memory(), buf.offset(), data)
     }

@@ -300,10 +300,17 @@ fn halo_errors<B: Kernels>(b: &B) -> Result<()> {
     let right = NDBuffer::<B, f64>::zeros(b, &[6, 6])?;
     assert!(t.async_pack(&[&right, &right], None).is_err());
     assert!(t.async_pack(&[&right], Some(&[&right])).is_err(), "a scalar transformer takes no y");
-    assert!(
-        matches!(t.receive_host(&[0u8; 8]), Err(Error::ShapeMismatch { .. })),
-        "wrong unpack buffer size"
+    let e = t.receive_host(&[0u8; 8]).expect_err("wrong unpack buffer size");
+    let want = t.buffer_len() * 8;
+    let msg = format!(
+        "received halo data: expected {want} bytes ({} float64 elements), got 8 bytes",
+        t.buffer_len()
     );
+    assert!(
+        matches!(&e, Error::LengthMismatch { unit: "bytes", got: 8, expected, .. } if *expected == want),
+        "{e:?}"
+    );
+    assert_eq!(e.to_string(), msg);
     t.finalize()?;
     assert!(t.async_pack(&[&right], None).is_err());
     Ok(())
