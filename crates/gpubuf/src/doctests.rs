@@ -1,6 +1,7 @@
 //! The README and every guide under `docs/`, compiled as doctests (`cargo test --doc -p
-//! gpubuf`): a Rust snippet that drifts from the API fails the build. Snippets for a GPU
-//! backend compile with its feature and return early where the backend cannot run.
+//! gpubuf --features opencl,cuda`): a Rust snippet that drifts from the API fails the build.
+//! Snippets for a GPU backend compile with its feature and return early where the backend
+//! cannot run; the interop guide, which uses both GPU backends, needs both features.
 
 #[doc = include_str!("../../../README.md")]
 pub struct Readme;
@@ -14,10 +15,13 @@ pub struct Benchmarks;
 pub struct BufferGuide;
 #[doc = include_str!("../../../docs/bufferizer.md")]
 pub struct BufferizerGuide;
+#[doc = include_str!("../../../docs/device.md")]
+pub struct DeviceGuide;
 #[doc = include_str!("../../../docs/halo.md")]
 pub struct HaloGuide;
-// docs/interop.md is not compiled yet: its snippets are fragments over names defined in
-// the text around them (`cl`, `nd`, `SOURCE`); it joins this list once they are programs.
+#[doc = include_str!("../../../docs/interop.md")]
+#[cfg(all(feature = "opencl", feature = "cuda"))]
+pub struct InteropGuide;
 #[doc = include_str!("../../../docs/mirror.md")]
 pub struct MirrorGuide;
 #[doc = include_str!("../../../docs/mpi.md")]
