@@ -27,7 +27,7 @@ use opencl3::command_queue::{CommandQueue, CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABL
 use opencl3::context::Context;
 use opencl3::device::Device;
 use opencl3::event::Event;
-use opencl3::memory::{Buffer, ClMem, CL_MEM_READ_ONLY, CL_MEM_WRITE_ONLY};
+use opencl3::memory::{Buffer, ClMem, CL_MEM_OBJECT_BUFFER, CL_MEM_READ_ONLY, CL_MEM_WRITE_ONLY};
 use opencl3::types::cl_mem;
 
 impl OpenClBackend {
@@ -81,9 +81,9 @@ impl OpenClBackend {
     ///
     /// # Errors
     /// [`Error::DeviceMismatch`] when the buffer belongs to another context;
-    /// [`Error::InvalidArgument`] when it was created `READ_ONLY` or `WRITE_ONLY` (gpubuf's
-    /// kernels read and write the memory they are given). The buffer is released on an
-    /// error.
+    /// [`Error::InvalidArgument`] when it is not a buffer object (an image or pipe wrapped
+    /// as an opencl3 `Buffer`) or was created `READ_ONLY` or `WRITE_ONLY` (gpubuf's kernels
+    /// read and write the memory they are given). The buffer is released on an error.
     pub fn adopt_buffer<T>(&self, buffer: Buffer<T>) -> Result<ClMemory> {
         let raw = buffer.get();
         // The wrapper's reference moves into the new ClMemory (Buffer<u8> over the same
@@ -117,6 +117,14 @@ impl OpenClBackend {
         let b = &memory.buffer;
         if b.context().map_err(|e| cl(e, "CL_MEM_CONTEXT"))? != self.inner.context.get() {
             return Err(Error::DeviceMismatch("the buffer belongs to another OpenCL context".into()));
+        }
+        // opencl3's `Buffer::new` wraps any `cl_mem`: an image or a pipe passed to gpubuf's
+        // kernels as a `__global` pointer is undefined behaviour.
+        let ty = b.mem_type().map_err(|e| cl(e, "CL_MEM_TYPE"))?;
+        if ty != CL_MEM_OBJECT_BUFFER {
+            return Err(Error::invalid(format!(
+                "only buffer objects can be gpubuf memory, this cl_mem has type {ty:#x}"
+            )));
         }
         if b.flags().map_err(|e| cl(e, "CL_MEM_FLAGS"))? & (CL_MEM_READ_ONLY | CL_MEM_WRITE_ONLY) != 0 {
             return Err(Error::invalid("a READ_ONLY or WRITE_ONLY buffer cannot be gpubuf memory"));

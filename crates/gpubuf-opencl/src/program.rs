@@ -131,10 +131,14 @@ impl OpenClBackend {
     /// before from the same source and options.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] when `options` holds a NUL byte; [`Error::Build`] with the
-    /// compiler's log when the source does not compile (nothing is cached then).
+    /// [`Error::InvalidArgument`] when the source or `options` hold a NUL byte (the compiler
+    /// would stop reading the source there); [`Error::Build`] with the compiler's log when
+    /// the source does not compile (nothing is cached then).
     pub fn user_program(&self, source: &str, options: &str) -> Result<Arc<UserProgram>> {
         no_nul(options, "build options")?;
+        if let Some(at) = source.find('\0') {
+            return Err(Error::invalid(format!("OpenCL C source holds a NUL byte at {at}")));
+        }
         let key = (source.to_string(), options.to_string());
         let mut map = self.inner.user_programs.map.lock();
         if let Some(p) = map.get(&key) {

@@ -304,3 +304,72 @@ fn another_backends_objects_are_device_mismatch() -> Result<()> {
     assert!(k.all_equal(0.0)?);
     Ok(())
 }
+
+/// Two OpenCL devices (two contexts): transfers, fills and joins refuse the other one's
+/// memory, streams and events with a typed error, and both stay usable.
+#[cfg(feature = "opencl")]
+#[test]
+fn two_opencl_contexts_refuse_each_others_transfers() -> Result<()> {
+    use gpubuf::MemRef;
+    let Some(a) = device_opencl() else { return Ok(()) };
+    let b = Device::opencl()?;
+    assert!(!a.same_device(&b));
+    let (am, bm) = (a.allocate_immediate(64)?, b.allocate_immediate(64)?);
+    let (asd, bsd) = (a.default_stream(), b.default_stream());
+    a.write(asd, &am, 0, &[7; 64])?;
+    b.write(bsd, &bm, 0, &[5; 64])?;
+    let ae = a.record_event(asd)?;
+    let results = [
+        b.write(bsd, &am, 0, &[1; 8]),
+        b.write(asd, &bm, 0, &[1; 8]),
+        b.read(bsd, &am, 0, &mut [0; 8]),
+        b.copy(bsd, MemRef::new(&am, 0, 8)?, &bm, 0),
+        b.copy(bsd, MemRef::new(&bm, 0, 8)?, &am, 0),
+        b.fill(bsd, MemRef::whole(&am), &[0]),
+        b.stream_wait(bsd, &ae),
+    ];
+    for (i, r) in results.iter().enumerate() {
+        assert!(r.is_err(), "call {i}: {r:?}");
+    }
+    let mut back = [0; 64];
+    a.read(asd, &am, 0, &mut back)?;
+    assert_eq!(back, [7; 64]);
+    b.read(bsd, &bm, 0, &mut back)?;
+    assert_eq!(back, [5; 64]);
+    Ok(())
+}
+
+/// One OpenCL device used from several threads at once: each thread's arrays come back
+/// with its own values.
+#[cfg(feature = "opencl")]
+#[test]
+fn an_opencl_device_from_several_threads() -> Result<()> {
+    let Some(d) = device_opencl() else { return Ok(()) };
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..4)
+            .map(|t| {
+                let d = d.clone();
+                s.spawn(move || -> Result<()> {
+                    let stream = d.new_stream()?;
+                    for i in 0..20 {
+                        let v: Vec<f32> = (0..300).map(|x| (x * (t + 1) + i) as f32).collect();
+                        let a = NDBuffer::<Device, f32>::from_slice(&d, &[20, 15], &v)?;
+                        let tt = a.transpose(None)?.copy()?;
+                        let back = tt.transpose(None)?.to_vec()?;
+                        assert_eq!(back, v);
+                        let m = d.allocate(64)?;
+                        d.fill(&stream, gpubuf::MemRef::whole(&m), &[t as u8])?;
+                        let mut out = [0u8; 64];
+                        d.read(&stream, &m, 0, &mut out)?;
+                        assert_eq!(out, [t as u8; 64]);
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join().expect("thread panicked")?;
+        }
+        Ok(())
+    })
+}

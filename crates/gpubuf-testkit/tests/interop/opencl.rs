@@ -448,3 +448,36 @@ fn view_parts_takes_dense_views_and_any_empty_one() {
         Ok(())
     });
 }
+
+/// An image wrapped as an opencl3 `Buffer` is no gpubuf memory (a kernel would take it as a
+/// `__global` pointer): refused and released once; a NUL in a source is refused, not cut.
+#[test]
+fn images_and_nul_sources_are_refused() {
+    use gpubuf::opencl::opencl3::memory::{cl_image_desc, cl_image_format, Image};
+    use gpubuf::opencl::opencl3::memory::{CL_FLOAT, CL_MEM_OBJECT_IMAGE2D, CL_RGBA};
+    run(|cl| {
+        let r = cl.user_program("__kernel void k(__global int* x) { x[0] = 1; }\0 junk", "");
+        assert!(matches!(r, Err(Error::InvalidArgument(_))), "{r:?}");
+        let format = cl_image_format { image_channel_order: CL_RGBA, image_channel_data_type: CL_FLOAT };
+        // SAFETY: a zeroed descriptor is valid (no buffer, no pitches); the fields set follow.
+        let mut desc: cl_image_desc = unsafe { std::mem::zeroed() };
+        (desc.image_type, desc.image_width, desc.image_height) = (CL_MEM_OBJECT_IMAGE2D, 4, 4);
+        // SAFETY: a live context, a valid format and descriptor, no host pointer.
+        let image =
+            unsafe { Image::create(cl.context(), CL_MEM_READ_WRITE, &format, &desc, ptr::null_mut()) };
+        // A device without image support skips the rest.
+        let Ok(image) = image else { return Ok(()) };
+        // SAFETY: `image` is live; the extra reference is released by `watch`.
+        unsafe { clmem::retain_mem_object(image.get()) }.expect("retain");
+        let watch = Buffer::<u8>::new(image.get());
+        std::mem::forget(image); // its reference moves into the wrapper below
+        let r = cl.adopt_buffer(Buffer::<u8>::new(watch.get()));
+        assert!(matches!(r, Err(Error::InvalidArgument(_))), "{r:?}");
+        assert_eq!(mem_refs(&watch), 1, "the refused image was released once");
+        // SAFETY: `watch` keeps the image alive during the call.
+        let r = unsafe { cl.share_raw(watch.get()) };
+        assert!(matches!(r, Err(Error::InvalidArgument(_))), "{r:?}");
+        assert_eq!(mem_refs(&watch), 1);
+        Ok(())
+    });
+}
