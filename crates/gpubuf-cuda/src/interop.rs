@@ -23,7 +23,11 @@
 //! `CudaStream::wait`) on [`CudaEvent::raw`] of a gpubuf `record_event`. A cudarc stream
 //! from `CudaContext::new_stream` is *non-blocking*: the legacy default stream does not
 //! wait for it, so before the last view of a buffer used there drops, join that stream to
-//! a gpubuf stream or synchronise it.
+//! a gpubuf stream or synchronise it. Nor does it wait for gpubuf's allocations, which are
+//! stream-ordered on the legacy default stream: [`crate::UserKernel::launch`] joins them
+//! by itself; before the caller's own work there (cudarc's launch builder with
+//! [`KernelPtr`]) touches a buffer, make the stream wait for an event of a gpubuf stream
+//! recorded after the buffer was made.
 
 use crate::backend::next_stream_id;
 use crate::memory::OwnedStream;
@@ -80,8 +84,9 @@ impl CudaBackend {
     /// cudarc work on it.
     ///
     /// A stream from `CudaContext::new_stream` is non-blocking: gpubuf's frees on the legacy
-    /// default stream do not wait for it. Join it to a gpubuf stream (or synchronise it)
-    /// before the last view of a buffer used on it drops (see the module docs).
+    /// default stream do not wait for it, nor it for gpubuf's allocations there. Join it to a
+    /// gpubuf stream (or synchronise it) before the last view of a buffer used on it drops,
+    /// and the other way before it first touches a new buffer (see the module docs).
     ///
     /// # Errors
     /// [`Error::DeviceMismatch`] for a stream of another context.

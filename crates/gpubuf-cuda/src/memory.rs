@@ -59,8 +59,9 @@ impl CudaMemory {
 }
 
 /// An event recorded on the legacy default stream of the current context: it completes
-/// after all work queued before it on every blocking stream (gpubuf's streams).
-fn legacy_event() -> Result<CUevent, cudarc::driver::DriverError> {
+/// after all work queued before it on every blocking stream (gpubuf's streams) and on the
+/// legacy stream itself (gpubuf's stream-ordered allocations and frees).
+pub(crate) fn legacy_event() -> Result<CUevent, cudarc::driver::DriverError> {
     let ev = result::event::create(CUevent_flags::CU_EVENT_DISABLE_TIMING)?;
     // SAFETY: a live event of the current context and the legacy default stream.
     match unsafe { result::event::record(ev, result::stream::null()) } {
