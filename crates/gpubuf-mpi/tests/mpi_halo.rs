@@ -243,6 +243,40 @@ fn tags_case<B: Kernels>(b: &B, comm: &SimpleCommunicator, layout: (usize, usize
     tile.verify(&w, 0.75)
 }
 
+/// Tags are claimed per communicator: the same name on a duplicate communicator is
+/// allowed (same tags, kept apart by the communicator) while the first is alive and in
+/// flight; an updater owning its communicator works, and dropping it releases its claim.
+fn comms_case<B: Kernels>(b: &B, comm: &SimpleCommunicator, layout: (usize, usize)) -> Result<()> {
+    let tile = Tile::new(comm, layout, true)?;
+    let (u, v, w) = (tile.array(b, 0.0)?, tile.array(b, 0.5)?, tile.array(b, 0.75)?);
+    let spec = std::slice::from_ref(&tile.spec);
+    let mut first = HaloUpdater::<B, f64>::new(b, comm, &tile.part, spec, None, "same")?;
+    let dup = comm.duplicate();
+    let mut other = HaloUpdater::<B, f64>::new(b, &dup, &tile.part, spec, None, "same")?;
+    if first.tags() != other.tags() {
+        return Err(Error::invalid("one name gave different tags"));
+    }
+    expect_invalid("a second updater named same on the duplicate", {
+        HaloUpdater::<B, f64>::new(b, &dup, &tile.part, spec, None, "same").map(drop)
+    })?;
+    first.start(&[&u], None)?;
+    other.start(&[&v], None)?;
+    other.wait(&[&v], None)?;
+    first.wait(&[&u], None)?;
+    tile.verify(&u, 0.0)?;
+    tile.verify(&v, 0.5)?;
+    drop(other);
+    let mut owned: HaloUpdater<'static, B, f64> =
+        HaloUpdater::new(b, comm.duplicate(), &tile.part, spec, None, "same")?;
+    owned.update(&[&w], None)?;
+    tile.verify(&w, 0.75)?;
+    drop(owned);
+    let again = comm.duplicate();
+    let z = tile.array(b, 0.125)?;
+    HaloUpdater::<B, f64>::new(b, &again, &tile.part, spec, None, "same")?.update(&[&z], None)?;
+    tile.verify(&z, 0.125)
+}
+
 /// The cubed sphere with one rank per face: every halo equals the neighbour face's edge,
 /// rotated by an independent reference, with vector components swapped and negated.
 fn cube_case<B: Kernels>(b: &B, comm: &SimpleCommunicator) -> Result<()> {
@@ -318,12 +352,14 @@ fn run_all<B: Kernels>(b: &B, world: &SimpleCommunicator, results: &mut Vec<(Str
             results.push((format!("{tag} tile 1x1 periodic"), tile_case(b, world, (1, 1), true)));
             results.push((format!("{tag} tile 1x1 errors"), errors_case(b, world, (1, 1))));
             results.push((format!("{tag} tile 1x1 tags"), tags_case(b, world, (1, 1))));
+            results.push((format!("{tag} tile 1x1 communicators"), comms_case(b, world, (1, 1))));
         }
         4 => {
             results.push((format!("{tag} tile 2x2 periodic"), tile_case(b, world, (2, 2), true)));
             results.push((format!("{tag} tile 2x2 open"), tile_case(b, world, (2, 2), false)));
             results.push((format!("{tag} tile 2x2 errors"), errors_case(b, world, (2, 2))));
             results.push((format!("{tag} tile 2x2 tags"), tags_case(b, world, (2, 2))));
+            results.push((format!("{tag} tile 2x2 communicators"), comms_case(b, world, (2, 2))));
             // Two independent 1x2 periodic decompositions: each rank's west and east
             // neighbour is the same rank.
             let pair = world.split_by_color(Color::with_value(world.rank() / 2));
@@ -335,6 +371,7 @@ fn run_all<B: Kernels>(b: &B, world: &SimpleCommunicator, results: &mut Vec<(Str
             results.push((format!("{tag} cubed sphere 1x1"), cube_case(b, world)));
             results.push((format!("{tag} tile 2x3 errors"), errors_case(b, world, (2, 3))));
             results.push((format!("{tag} tile 2x3 tags"), tags_case(b, world, (2, 3))));
+            results.push((format!("{tag} tile 2x3 communicators"), comms_case(b, world, (2, 3))));
         }
         n => results.push((format!("{tag} world of {n}"), Err(Error::invalid("run with 1, 4 or 6 ranks")))),
     }

@@ -1,10 +1,20 @@
 //! `NDBuffer` constructors backed by a [`MemoryPool`], after pyopencl's
 //! `empty(queue, shape, dtype, allocator=pool)`.
 
-use crate::MemoryPool;
+use crate::{DeferredAllocator, ImmediateAllocator, MemoryPool};
 use gpubuf_buffer::ndarray::{ArrayView, Dimension, IxDyn};
 use gpubuf_buffer::NDBuffer;
-use gpubuf_core::{Allocator, Element, Error, Kernels, Layout, Order, Result};
+use gpubuf_core::{Allocator, Backend, Element, Error, Kernels, Layout, Order, Result};
+use std::any::Any;
+
+/// The backend a pool allocates from, when the allocator is one (or wraps one in
+/// [`ImmediateAllocator`] / [`DeferredAllocator`]) of `backend`'s type.
+fn allocating_backend<A: 'static, B: Backend>(allocator: &A) -> Option<&B> {
+    let any: &dyn Any = allocator;
+    any.downcast_ref::<B>()
+        .or_else(|| any.downcast_ref::<ImmediateAllocator<B>>().map(|a| &a.0))
+        .or_else(|| any.downcast_ref::<DeferredAllocator<B>>().map(|a| &a.0))
+}
 
 /// The contiguous layout of `shape` in `order` and its size in bytes of `T`.
 fn sized<T: Element>(shape: &[usize], order: Order) -> Result<(Layout, usize)> {
@@ -41,15 +51,27 @@ impl<A: Allocator + 'static> MemoryPool<A> {
     /// # Ok::<(), gpubuf_core::Error>(())
     /// ```
     ///
+    /// `backend` must be the device the pool allocates on: when the pool's allocator is a
+    /// backend of `B`'s type (or one wrapped in [`ImmediateAllocator`] or
+    /// [`DeferredAllocator`]), another device is refused; an allocator of any other type
+    /// cannot be compared, and the caller must pair them.
+    ///
     /// # Errors
-    /// [`Error::InvalidArgument`] when the shape's size or byte count overflows; the pool's
-    /// allocation errors ([`Error::OutOfMemory`] with its statistics).
+    /// [`Error::InvalidArgument`] when the shape's size or byte count overflows;
+    /// [`Error::DeviceMismatch`] when `backend` is another device than the pool's (nothing
+    /// is allocated then); the pool's allocation errors ([`Error::OutOfMemory`] with its
+    /// statistics).
     pub fn empty<B, T>(&self, backend: &B, shape: &[usize], order: Order) -> Result<NDBuffer<B, T>>
     where
         B: Kernels<Memory = A::Memory>,
         T: Element,
     {
         let (layout, bytes) = sized::<T>(shape, order)?;
+        if allocating_backend::<A, B>(self.allocator()).is_some_and(|own| !own.same_device(backend)) {
+            return Err(Error::DeviceMismatch(
+                "the pool allocates on another device than the backend the array is for".into(),
+            ));
+        }
         let block = self.allocate_on(bytes, backend, backend.default_stream())?;
         NDBuffer::from_buffer_layout(block.into_buffer(backend)?, layout)
     }
