@@ -293,6 +293,16 @@ fn another_backends_objects_are_device_mismatch() -> Result<()> {
     mismatch(cl.gather(ks, &kplan, &mixed, MemRef::whole(&dst)));
     mismatch(cl.gather(ks, &cplan, &[MemRef::whole(&km); 2], MemRef::whole(&dst)));
     mismatch(cl.scatter(ks, &kplan, MemRef::whole(&cm), &[MemRef::new(&km, 0, 2)?, MemRef::new(&km, 2, 2)?]));
+    // Past the ranges narrowed on the stack (16), a foreign last source is refused too.
+    let n = 20;
+    let segs = (0..n).map(|i| Segment::new(i, 0, &[(1, 1)], i)).collect::<Result<Vec<_>>>()?;
+    let wide = cl.prepare(&CopyPlan::new(vec![1; n], n, segs)?, DType::U8)?;
+    let dst_wide = cl.allocate(n)?;
+    let mut many = vec![MemRef::new(&km, 0, 1)?; n];
+    mismatch(cl.gather(ks, &wide, &many, MemRef::whole(&cm)));
+    many[n - 1] = MemRef::new(&cm, 0, 1)?;
+    mismatch(cl.gather(ks, &wide, &many, MemRef::whole(&dst_wide)));
+    mismatch(cl.scatter(ks, &wide, MemRef::whole(&dst_wide), &many));
     let mut back = [0; 4];
     cl.read(ks, &dst, 0, &mut back)?;
     assert_eq!(back, [9; 4]);
