@@ -52,6 +52,8 @@ pub struct ClStream {
     /// The stream's identity: never given to another queue in this process (a released
     /// queue's handle may come back for a new one, so the handle cannot serve).
     pub(crate) id: u64,
+    /// The context of the queue (its raw handle, which the queue keeps alive).
+    pub(crate) context: usize,
 }
 
 /// Identities of queues: process-wide and never reused.
@@ -77,14 +79,14 @@ fn new_queue(context: &Context) -> Result<ClStream> {
         #[allow(deprecated)]
         Err(_) => CommandQueue::create_default(context, 0).map_err(|e| cl(e, "clCreateCommandQueue"))?,
     };
-    Ok(stream_of(queue))
+    Ok(stream_of(queue, context.get() as usize))
 }
 
 /// A stream over `queue`, with a fresh identity.
-pub(crate) fn stream_of(queue: CommandQueue) -> ClStream {
+pub(crate) fn stream_of(queue: CommandQueue, context: usize) -> ClStream {
     // A u64 counter does not wrap in any process's lifetime.
     let id = NEXT_STREAM_ID.fetch_add(1, Ordering::Relaxed);
-    ClStream { queue: Arc::new(queue), id }
+    ClStream { queue: Arc::new(queue), id, context }
 }
 
 /// Releases an event returned by an enqueue call we do not track.
@@ -130,6 +132,40 @@ impl OpenClBackend {
     /// The platform and device this handle uses.
     pub fn entry(&self) -> &ClDeviceEntry {
         &self.inner.entry
+    }
+
+    /// The raw handle of this backend's context, as recorded in its memory and streams.
+    pub(crate) fn context_id(&self) -> usize {
+        self.inner.context.get() as usize
+    }
+
+    /// Refuses memory of another context (another `OpenClBackend`): OpenCL would reject
+    /// some calls with it and run kernels over it unchecked.
+    ///
+    /// # Errors
+    /// [`Error::DeviceMismatch`].
+    pub(crate) fn own_memory(&self, memory: &ClMemory) -> Result<()> {
+        if memory.context == self.context_id() {
+            Ok(())
+        } else {
+            Err(gpubuf_core::Error::DeviceMismatch(
+                "an OpenCL buffer of another context (another OpenClBackend)".into(),
+            ))
+        }
+    }
+
+    /// Refuses a stream of another context.
+    ///
+    /// # Errors
+    /// [`Error::DeviceMismatch`].
+    pub(crate) fn own_stream(&self, stream: &ClStream) -> Result<()> {
+        if stream.context == self.context_id() {
+            Ok(())
+        } else {
+            Err(gpubuf_core::Error::DeviceMismatch(
+                "an OpenCL queue of another context (another OpenClBackend)".into(),
+            ))
+        }
     }
 
     /// The default queue (for SVM copies).
@@ -205,6 +241,8 @@ impl Backend for OpenClBackend {
     }
 
     fn write(&self, stream: &ClStream, dst: &ClMemory, offset: usize, src: &[u8]) -> Result<()> {
+        self.own_stream(stream)?;
+        self.own_memory(dst)?;
         MemRef::new(dst, offset, src.len())?;
         if src.is_empty() {
             return Ok(());
@@ -229,6 +267,8 @@ impl Backend for OpenClBackend {
     }
 
     fn read(&self, stream: &ClStream, src: &ClMemory, offset: usize, dst: &mut [u8]) -> Result<()> {
+        self.own_stream(stream)?;
+        self.own_memory(src)?;
         MemRef::new(src, offset, dst.len())?;
         if dst.is_empty() {
             return Ok(());
@@ -259,6 +299,9 @@ impl Backend for OpenClBackend {
         dst: &ClMemory,
         dst_offset: usize,
     ) -> Result<()> {
+        self.own_stream(stream)?;
+        self.own_memory(src.memory)?;
+        self.own_memory(dst)?;
         check_copy(&src, dst, dst_offset)?;
         if src.len == 0 {
             return Ok(());
@@ -283,6 +326,8 @@ impl Backend for OpenClBackend {
     }
 
     fn fill(&self, stream: &ClStream, dst: MemRef<'_, ClMemory>, pattern: &[u8]) -> Result<()> {
+        self.own_stream(stream)?;
+        self.own_memory(dst.memory)?;
         check_fill(&dst, pattern)?;
         if dst.len == 0 {
             return Ok(());
@@ -313,6 +358,7 @@ impl Backend for OpenClBackend {
     }
 
     fn record_event(&self, stream: &ClStream) -> Result<ClEvent> {
+        self.own_stream(stream)?;
         // SAFETY: a valid queue and an empty wait list.
         let ev = unsafe { enqueue_marker_with_wait_list(stream.queue.get(), 0, ptr::null()) }
             .map_err(|c| driver(c, "clEnqueueMarkerWithWaitList"))?;
@@ -333,6 +379,10 @@ impl Backend for OpenClBackend {
     }
 
     fn stream_wait(&self, stream: &ClStream, event: &ClEvent) -> Result<()> {
+        self.own_stream(stream)?;
+        if event.event.context().map_err(|e| cl(e, "CL_EVENT_CONTEXT"))? as usize != self.context_id() {
+            return Err(gpubuf_core::Error::DeviceMismatch("an OpenCL event of another context".into()));
+        }
         let list = [event.event.get()];
         // SAFETY: a valid queue and one valid event of the same context.
         let ev = unsafe { enqueue_barrier_with_wait_list(stream.queue.get(), 1, list.as_ptr()) }
@@ -342,6 +392,7 @@ impl Backend for OpenClBackend {
     }
 
     fn synchronize(&self, stream: &ClStream) -> Result<()> {
+        self.own_stream(stream)?;
         stream.queue.finish().map_err(|e| maybe_oom(e.0, "clFinish", 0))
     }
 }

@@ -73,7 +73,7 @@ impl OpenClBackend {
         if props & CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE != 0 {
             return Err(Error::invalid("an out-of-order queue cannot be a gpubuf stream"));
         }
-        Ok(stream_of(queue))
+        Ok(stream_of(queue, self.context_id()))
     }
 
     /// Adopts the caller's buffer without a copy: its reference becomes gpubuf's and is
@@ -89,7 +89,7 @@ impl OpenClBackend {
         // The wrapper's reference moves into the new ClMemory (Buffer<u8> over the same
         // handle); forgetting the old wrapper skips its release.
         std::mem::forget(buffer);
-        let memory = ClMemory { buffer: Buffer::<u8>::new(raw), len: 0 };
+        let memory = ClMemory { buffer: Buffer::<u8>::new(raw), len: 0, context: self.context_id() };
         self.checked(memory)
     }
 
@@ -109,7 +109,7 @@ impl OpenClBackend {
         // one the returned ClMemory releases.
         unsafe { cl3::memory::retain_mem_object(mem) }
             .map_err(|c| crate::error::driver(c, "clRetainMemObject"))?;
-        self.checked(ClMemory { buffer: Buffer::<u8>::new(mem), len: 0 })
+        self.checked(ClMemory { buffer: Buffer::<u8>::new(mem), len: 0, context: self.context_id() })
     }
 
     /// Checks an adopted buffer and records its size.

@@ -290,6 +290,11 @@ impl OpenClBackend {
         buffer: MemRef<'_, ClMemory>,
         gather: bool,
     ) -> Result<()> {
+        self.own_stream(stream)?;
+        self.own_memory(buffer.memory)?;
+        for a in arrays {
+            self.own_memory(a.memory)?;
+        }
         let size = plan.dtype.size();
         let w = width_index(plan.dtype);
         let is_float = i32::from(plan.dtype.is_float());

@@ -11,6 +11,9 @@ use std::ptr;
 pub struct ClMemory {
     pub(crate) buffer: Buffer<u8>,
     pub(crate) len: usize,
+    /// The context the buffer belongs to (its raw handle, which the buffer keeps alive), so
+    /// a backend can refuse memory of another context without asking the driver.
+    pub(crate) context: usize,
 }
 
 impl std::fmt::Debug for ClMemory {
@@ -47,7 +50,7 @@ impl ClMemory {
         // SAFETY: a valid context, no host pointer, a non-zero size.
         let buffer = unsafe { Buffer::<u8>::create(context, CL_MEM_READ_WRITE, len.max(1), ptr::null_mut()) };
         match buffer {
-            Ok(buffer) => Ok(ClMemory { buffer, len }),
+            Ok(buffer) => Ok(ClMemory { buffer, len, context: context.get() as usize }),
             Err(e) if OOM_CODES.contains(&e.0) || e.0 == INVALID_BUFFER_SIZE => {
                 Err(Error::OutOfMemory { requested: len, available: None, pool: None })
             }
@@ -72,6 +75,6 @@ impl ClMemory {
             )
         }
         .map_err(|e| cl(e, "clCreateBuffer(COPY_HOST_PTR)"))?;
-        Ok(ClMemory { buffer, len })
+        Ok(ClMemory { buffer, len, context: context.get() as usize })
     }
 }

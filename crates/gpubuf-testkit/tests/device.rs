@@ -330,6 +330,10 @@ fn two_opencl_contexts_refuse_each_others_transfers() -> Result<()> {
     a.write(asd, &am, 0, &[7; 64])?;
     b.write(bsd, &bm, 0, &[5; 64])?;
     let ae = a.record_event(asd)?;
+    // A gather and a scatter of 16 bytes, with the other device's memory on either side.
+    let plan = gpubuf::CopyPlan::new(vec![16], 16, vec![gpubuf::Segment::new(0, 0, &[(16, 1)], 0)?])?;
+    let plan = b.prepare(&plan, gpubuf::DType::U8)?;
+    let (aw, bw) = (MemRef::new(&am, 0, 16)?, MemRef::new(&bm, 0, 16)?);
     let results = [
         b.write(bsd, &am, 0, &[1; 8]),
         b.write(asd, &bm, 0, &[1; 8]),
@@ -338,9 +342,17 @@ fn two_opencl_contexts_refuse_each_others_transfers() -> Result<()> {
         b.copy(bsd, MemRef::new(&bm, 0, 8)?, &am, 0),
         b.fill(bsd, MemRef::whole(&am), &[0]),
         b.stream_wait(bsd, &ae),
+        b.stream_wait(asd, &ae),
+        b.record_event(asd).map(drop),
+        b.synchronize(asd),
+        b.gather(bsd, &plan, &[aw], bw),
+        b.gather(bsd, &plan, &[bw], aw),
+        b.scatter(bsd, &plan, aw, &[bw]),
+        b.scatter(bsd, &plan, bw, &[aw]),
+        b.gather(asd, &plan, &[bw], MemRef::new(&bm, 16, 16)?),
     ];
     for (i, r) in results.iter().enumerate() {
-        assert!(r.is_err(), "call {i}: {r:?}");
+        assert!(matches!(r, Err(Error::DeviceMismatch(_))), "call {i}: {r:?}");
     }
     let mut back = [0; 64];
     a.read(asd, &am, 0, &mut back)?;
