@@ -175,6 +175,9 @@ fn a_pool_of_another_device_is_refused() -> Result<()> {
     let Some(mine) = gpubuf_testkit::opencl() else { return Ok(()) };
     let other = OpenClBackend::new()?; // its own context
     let pool = MemoryPool::new(mine.clone());
+    // `empty` enqueues nothing: only the pool can tell that the block is another device's.
+    let r = pool.empty::<_, f32>(&other, &[16], Order::C);
+    assert!(matches!(r, Err(Error::DeviceMismatch(_))), "{r:?}");
     let r = pool.zeros::<_, f32>(&other, &[16]);
     assert!(matches!(r, Err(Error::DeviceMismatch(_))), "{r:?}");
     assert_eq!(pool.active_blocks(), 0);
