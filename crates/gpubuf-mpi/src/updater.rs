@@ -312,30 +312,40 @@ impl<'c, B: Kernels, T: Element> HaloUpdater<'c, B, T> {
     /// [`Error::InvalidArgument`] when an update is already in flight or for the wrong
     /// number of quantities, and the transformer's errors for quantities of the wrong shape,
     /// strides or device: nothing is started, the updater is ready for another `start`.
-    /// A pack or transfer error (a driver error) after the receives started leaves the
-    /// update in flight with the sends of the neighbours before it started: `wait`
-    /// completes those messages and then returns that error (the neighbours whose message
-    /// was never sent are left waiting for it).
+    /// An MPI error starting the receives, or a pack or transfer error (a driver error)
+    /// after they started, leaves the update in flight with the receives and sends started
+    /// so far: `wait` completes those messages and then returns that error (the neighbours
+    /// whose message was never sent are left waiting for it).
     pub fn start(&mut self, x: &[&NDBuffer<B, T>], y: Option<&[&NDBuffer<B, T>]>) -> Result<()> {
         if self.in_flight.is_some() {
             return Err(Error::invalid("a halo update is already in flight; call wait first"));
         }
         let _span = tracing::debug_span!("halo.start", neighbors = self.links.len()).entered();
         let lists = self.checked_lists(x, y)?;
-        self.requests.start_receives()?;
+        // In flight from the first receive on: a receive started before a failing one stays
+        // active, and must be completed by `wait` (never started again while active).
         self.in_flight = Some(Flight { arrived: Vec::new(), broken: None });
+        if let Err(e) = self.requests.start_receives() {
+            return Err(self.broken(e));
+        }
         for (k, (xs, ys)) in lists.iter().enumerate() {
             if let Err(e) = self.pack_and_send(k, xs, ys.as_deref()) {
-                let message = e.to_string();
-                if let Some(f) = self.in_flight.as_mut() {
-                    f.broken = Some(e);
-                }
-                return Err(Error::invalid(format!(
-                    "halo update stopped after starting its messages ({message}); call wait to complete them"
-                )));
+                return Err(self.broken(e));
             }
         }
         Ok(())
+    }
+
+    /// Records why the update in flight stopped (for `wait` to return once its started
+    /// messages complete) and the error `start` returns.
+    fn broken(&mut self, e: Error) -> Error {
+        let message = e.to_string();
+        if let Some(f) = self.in_flight.as_mut() {
+            f.broken = Some(e);
+        }
+        Error::invalid(format!(
+            "halo update stopped after starting its messages ({message}); call wait to complete them"
+        ))
     }
 
     /// Packs link `k`'s message, stages it unless MPI reads the pack buffer in place, and
