@@ -45,6 +45,24 @@ impl<B: Kernels, T: Element> std::fmt::Debug for HaloDataTransformer<B, T> {
     }
 }
 
+/// The extents a spec packs, turned by its rotation (an odd number of quarter turns swaps
+/// x and y), and the extents of the halo it unpacks into.
+fn loopback_shapes(spec: &HaloExchangeSpec) -> (Vec<usize>, Vec<usize>) {
+    let len = |s: &[std::ops::Range<usize>]| s.iter().map(|r| r.len()).collect::<Vec<_>>();
+    let mut sent = len(&spec.pack_slices);
+    // The rotation turns the last x and y dimensions, as `rotate::rotate_scalar` does.
+    let dims = &spec.specification.dims;
+    if spec.pack_clockwise_rotation.rem_euclid(2) == 1 {
+        if let (Some(x), Some(y)) = (dims.iter().rposition(|d| d.is_x()), dims.iter().rposition(|d| d.is_y()))
+        {
+            if x < sent.len() && y < sent.len() {
+                sent.swap(x, y);
+            }
+        }
+    }
+    (sent, len(&spec.unpack_slices))
+}
+
 fn check_dtypes<T: Element>(specs: &[&HaloExchangeSpec]) -> Result<()> {
     let first = specs.first().map(|s| s.specification.dtype);
     if let Some(d) = first {
@@ -367,11 +385,22 @@ impl<B: Kernels, T: Element> HaloDataTransformer<B, T> {
     /// ```
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] after `finalize`; driver errors.
+    /// [`Error::InvalidArgument`] after `finalize`, or when a spec unpacks a halo of another
+    /// shape than the block it packs (turned by its rotation): the bytes would land
+    /// scrambled; driver errors.
     pub fn loopback(&mut self) -> Result<()> {
         let (Some(pack), Some(unpack)) = (&self.pack_buffer, &self.unpack_buffer) else {
             return Err(Error::invalid("transformer finalized"));
         };
+        for (k, spec) in self.specs_x.iter().chain(self.specs_y.iter().flatten()).enumerate() {
+            let (sent, halo) = loopback_shapes(spec);
+            if sent != halo {
+                return Err(Error::invalid(format!(
+                    "loopback: spec {k} packs a {sent:?} block (after its rotation) into a {halo:?} halo; \
+                     each spec must unpack the shape it packs"
+                )));
+            }
+        }
         self.backend.copy(&self.stream, pack.memref(), unpack.memory(), unpack.offset())
     }
 

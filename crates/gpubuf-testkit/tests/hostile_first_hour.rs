@@ -143,6 +143,22 @@ fn mismatched_edges_are_refused_or_exact() -> Result<()> {
         t.synchronize()?;
         let _ = TilePartitioner::new((1, 1), true)?;
     }
+    // Loopback only where each spec unpacks the shape it packs: the 2 x 3 east block of a
+    // 3 x 3 tile does not fit the 3 x 2 north halo unturned (the bytes would land
+    // scrambled), and does after one quarter turn.
+    let sq = QuantityHaloSpec::centered(&[Dim::X, Dim::Y], &[3, 3], 2, 0, DType::F64)?;
+    let field = ArrayD::from_shape_fn(IxDyn(&sq.shape), |ix| (ix[0] * 100 + ix[1]) as f64);
+    let a = NDBuffer::from_ndarray(&b, field.view())?;
+    for (turns, fits) in [(0, false), (1, true), (2, false), (-1, true)] {
+        let spec = HaloExchangeSpec::between(sq.clone(), Boundary::East, Boundary::North, turns)?;
+        let mut t = HaloDataTransformer::<_, f64>::new(&b, vec![spec], None)?;
+        t.async_pack(&[&a], None)?;
+        let r = t.loopback();
+        assert_eq!(r.is_ok(), fits, "{turns} turns: {r:?}");
+        if !fits {
+            assert!(matches!(r, Err(Error::InvalidArgument(_))), "{r:?}");
+        }
+    }
     // A zero halo has no edge to exchange.
     let mut none = q.clone();
     none.n_halo = 0;
