@@ -163,6 +163,43 @@ impl<B: Kernels, T: Element> NDBuffer<B, T> {
         self.layout.is_c_contiguous()
     }
 
+    /// What a kernel that takes `(base pointer, element offset)` needs to address this
+    /// view: its allocation and the offset, in elements, of its first element there (the
+    /// buffer's offset plus the layout's). The backends' `interop::view_parts` return it.
+    ///
+    /// Only C-contiguous views are taken (the kernel gets no strides); an empty view is
+    /// accepted at any offset and gives offset `0` (its kernel must touch no element).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a view that is not C-contiguous, when the buffer's
+    /// offset is not whole elements, or when the offset overflows.
+    pub fn kernel_parts(&self) -> Result<(&B::Memory, u64)> {
+        let size = T::DTYPE.size().max(1);
+        let memory = &**self.buffer.memory();
+        if self.size() == 0 {
+            return Ok((memory, 0));
+        }
+        if !self.is_c_contiguous() {
+            return Err(Error::invalid(format!(
+                "a kernel view must be C-contiguous (the kernel gets no strides), this one has \
+                 shape {:?} and strides {:?}: make a dense copy with NDBuffer::copy first",
+                self.shape(),
+                self.strides()
+            )));
+        }
+        if self.buffer.offset() % size != 0 {
+            return Err(Error::invalid(format!(
+                "buffer offset {} is not a multiple of the {size}-byte element",
+                self.buffer.offset()
+            )));
+        }
+        let offset = (self.buffer.offset() / size)
+            .checked_add(self.layout.offset())
+            .and_then(|o| u64::try_from(o).ok())
+            .ok_or_else(|| Error::invalid("view offset overflows"))?;
+        Ok((memory, offset))
+    }
+
     /// The storage as a [`MemRef`] (element `0` of the layout's offsets is its first byte).
     pub fn storage(&self) -> MemRef<'_, B::Memory> {
         self.buffer.memref()

@@ -122,6 +122,39 @@ pub(crate) fn check_fields<B: Kernels>(
     Ok((w - 2, h - 2))
 }
 
+/// The eight arguments of a device stencil launch.
+pub(crate) type StencilArgs<'a, B> = [gpubuf::kernel::KernelArg<'a, <B as gpubuf::Allocator>::Memory>; 8];
+
+/// The arguments of the device stencil kernels (OpenCL C and CUDA C take the same list):
+/// `(cur, cur_offset, next, next_offset, lx, ly, alpha, source)`, checked by
+/// [`check_fields`]; also returns `(lx, ly)`.
+///
+/// # Errors
+/// As [`check_fields`] and `NDBuffer::kernel_parts`.
+pub(crate) fn kernel_args<'a, B: Kernels>(
+    cur: &'a NDBuffer<B, f64>,
+    next: &'a NDBuffer<B, f64>,
+    alpha: f64,
+    source: f64,
+) -> Result<(StencilArgs<'a, B>, (usize, usize))> {
+    use gpubuf::kernel::KernelArg;
+    let (lx, ly) = check_fields(cur, next)?;
+    let (cur_mem, cur_off) = cur.kernel_parts()?;
+    let (next_mem, next_off) = next.kernel_parts()?;
+    let wide = |n: usize| u64::try_from(n).map_err(|_| Error::invalid(format!("{n} cells overflow u64")));
+    let args = [
+        KernelArg::Memory(cur_mem),
+        KernelArg::U64(cur_off),
+        KernelArg::Memory(next_mem),
+        KernelArg::U64(next_off),
+        KernelArg::U64(wide(lx)?),
+        KernelArg::U64(wide(ly)?),
+        KernelArg::F64(alpha),
+        KernelArg::F64(source),
+    ];
+    Ok((args, (lx, ly)))
+}
+
 /// The stencil on the CPU backend: rows of the output split over rayon, each row a loop
 /// over three input rows.
 pub(crate) struct CpuStencil;

@@ -1,11 +1,10 @@
 //! The demo's 5-point heat stencil as a CUDA C kernel compiled by NVRTC (see `stencil.rs`
 //! for the arithmetic every backend shares).
 
-use crate::stencil::check_fields;
-use gpubuf::cuda::interop::view_parts;
+use crate::stencil::kernel_args;
 use gpubuf::cuda::{CudaBackend, UserKernel};
-use gpubuf::kernel::{KernelArg, Launch};
-use gpubuf::{Backend, Error, NDBuffer, Result};
+use gpubuf::kernel::Launch;
+use gpubuf::{Backend, NDBuffer, Result};
 
 /// One thread per interior cell: `x` (launch dimension 0) runs along a row (`c`), `y` over
 /// rows (`a`). Compiled with `--fmad=false`, so nothing is fused and the results match the
@@ -39,7 +38,7 @@ impl CudaStencil {
     /// Compiles the stencil for `b`'s context (cached per context by the backend).
     ///
     /// # Errors
-    /// [`Error::BackendUnavailable`] without NVRTC; [`Error::Build`] with NVRTC's log.
+    /// [`gpubuf::Error::BackendUnavailable`] without NVRTC; [`gpubuf::Error::Build`] with NVRTC's log.
     pub(crate) fn new(b: &CudaBackend) -> Result<Self> {
         Ok(CudaStencil { kernel: b.user_kernel(SOURCE, OPTIONS, "heat_step")? })
     }
@@ -57,20 +56,7 @@ impl CudaStencil {
         alpha: f64,
         source: f64,
     ) -> Result<()> {
-        let (lx, ly) = check_fields(cur, next)?;
-        let (cur_mem, cur_off) = view_parts(cur)?;
-        let (next_mem, next_off) = view_parts(next)?;
-        let wide = |n: usize| u64::try_from(n).map_err(|_| Error::invalid(format!("{n} cells overflow u64")));
-        let args = [
-            KernelArg::Memory(cur_mem),
-            KernelArg::U64(cur_off),
-            KernelArg::Memory(next_mem),
-            KernelArg::U64(next_off),
-            KernelArg::U64(wide(lx)?),
-            KernelArg::U64(wide(ly)?),
-            KernelArg::F64(alpha),
-            KernelArg::F64(source),
-        ];
+        let (args, (lx, ly)) = kernel_args(cur, next, alpha, source)?;
         self.kernel.launch(b.default_stream(), &Launch::new(&[ly, lx])?, &args)?;
         Ok(())
     }

@@ -1,9 +1,8 @@
 //! The demo's 5-point heat stencil as an OpenCL C kernel (see `stencil.rs` for the
 //! arithmetic every backend shares).
 
-use crate::stencil::check_fields;
-use gpubuf::kernel::{KernelArg, Launch};
-use gpubuf::opencl::interop::view_parts;
+use crate::stencil::kernel_args;
+use gpubuf::kernel::Launch;
 use gpubuf::opencl::opencl3::device::CL_DEVICE_TYPE_GPU;
 use gpubuf::opencl::{OpenClBackend, UserKernel};
 use gpubuf::{Backend, Error, NDBuffer, Result};
@@ -80,20 +79,7 @@ impl OpenClStencil {
         alpha: f64,
         source: f64,
     ) -> Result<()> {
-        let (lx, ly) = check_fields(cur, next)?;
-        let (cur_mem, cur_off) = view_parts(cur)?;
-        let (next_mem, next_off) = view_parts(next)?;
-        let wide = |n: usize| u64::try_from(n).map_err(|_| Error::invalid(format!("{n} cells overflow u64")));
-        let args = [
-            KernelArg::Memory(cur_mem),
-            KernelArg::U64(cur_off),
-            KernelArg::Memory(next_mem),
-            KernelArg::U64(next_off),
-            KernelArg::U64(wide(lx)?),
-            KernelArg::U64(wide(ly)?),
-            KernelArg::F64(alpha),
-            KernelArg::F64(source),
-        ];
+        let (args, (lx, ly)) = kernel_args(cur, next, alpha, source)?;
         let launch = if self.per_row {
             Launch::new(&[lx])?
         } else {

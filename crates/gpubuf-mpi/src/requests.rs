@@ -56,45 +56,35 @@ impl Requests {
     ) -> Result<Self> {
         let mut r =
             Requests { recv: Vec::new(), send: Vec::new(), recv_active: Vec::new(), send_active: Vec::new() };
-        for m in recvs {
-            // SAFETY: reads an immutable handle constant of the MPI library.
-            let mut req = unsafe { ffi::RSMPI_REQUEST_NULL };
-            // SAFETY: MPI writes the request slot; the buffer's validity while the request
-            // lives is the caller's promise; the count fits (messages are at most
-            // i32::MAX bytes).
-            let code = unsafe {
-                ffi::MPI_Recv_init(
-                    m.ptr.cast::<c_void>(),
-                    m.len as c_int,
-                    ffi::RSMPI_UINT8_T,
-                    m.rank,
-                    m.tag,
-                    comm.as_raw(),
-                    &mut req,
-                )
-            };
-            check(code, "MPI_Recv_init")?;
-            r.recv.push(req);
-            r.recv_active.push(false);
-        }
-        for m in sends {
-            // SAFETY: reads an immutable handle constant of the MPI library.
-            let mut req = unsafe { ffi::RSMPI_REQUEST_NULL };
-            // SAFETY: as for the receives.
-            let code = unsafe {
-                ffi::MPI_Send_init(
-                    m.ptr.cast::<c_void>().cast_const(),
-                    m.len as c_int,
-                    ffi::RSMPI_UINT8_T,
-                    m.rank,
-                    m.tag,
-                    comm.as_raw(),
-                    &mut req,
-                )
-            };
-            check(code, "MPI_Send_init")?;
-            r.send.push(req);
-            r.send_active.push(false);
+        for (messages, send) in [(recvs, false), (sends, true)] {
+            for m in messages {
+                // SAFETY: reads an immutable handle constant of the MPI library.
+                let mut req = unsafe { ffi::RSMPI_REQUEST_NULL };
+                let (buf, count, comm) = (m.ptr.cast::<c_void>(), m.len as c_int, comm.as_raw());
+                // SAFETY: MPI writes the request slot; the buffer's validity while the
+                // request lives is the caller's promise; the count fits (messages are at
+                // most i32::MAX bytes).
+                let code = unsafe {
+                    if send {
+                        ffi::MPI_Send_init(
+                            buf.cast_const(),
+                            count,
+                            ffi::RSMPI_UINT8_T,
+                            m.rank,
+                            m.tag,
+                            comm,
+                            &mut req,
+                        )
+                    } else {
+                        ffi::MPI_Recv_init(buf, count, ffi::RSMPI_UINT8_T, m.rank, m.tag, comm, &mut req)
+                    }
+                };
+                check(code, if send { "MPI_Send_init" } else { "MPI_Recv_init" })?;
+                let (list, active) =
+                    if send { (&mut r.send, &mut r.send_active) } else { (&mut r.recv, &mut r.recv_active) };
+                list.push(req);
+                active.push(false);
+            }
         }
         Ok(r)
     }

@@ -208,29 +208,5 @@ impl ClEvent {
 /// [`Error::InvalidArgument`] for a view that is not C-contiguous, when the buffer's offset
 /// is not whole elements, or when the offset overflows.
 pub fn view_parts<T: Element>(nd: &NDBuffer<OpenClBackend, T>) -> Result<(&ClMemory, u64)> {
-    let size = std::mem::size_of::<T>().max(1);
-    let buffer = nd.buffer();
-    let memory = &**buffer.memory();
-    if nd.size() == 0 {
-        return Ok((memory, 0));
-    }
-    if !nd.is_c_contiguous() {
-        return Err(Error::invalid(format!(
-            "view_parts takes C-contiguous views (the kernel gets no strides), this one has \
-             shape {:?} and strides {:?}: make a dense copy with NDBuffer::copy first",
-            nd.shape(),
-            nd.strides()
-        )));
-    }
-    if buffer.offset() % size != 0 {
-        return Err(Error::invalid(format!(
-            "buffer offset {} is not a multiple of the {size}-byte element",
-            buffer.offset()
-        )));
-    }
-    let offset = (buffer.offset() / size)
-        .checked_add(nd.layout().offset())
-        .and_then(|o| u64::try_from(o).ok())
-        .ok_or_else(|| Error::invalid("view offset overflows"))?;
-    Ok((memory, offset))
+    nd.kernel_parts()
 }
