@@ -70,14 +70,7 @@ impl<B: Kernels> SelfExchange<B> {
     ) -> Result<Self> {
         let specs = Boundary::ALL
             .iter()
-            .map(|&bd| {
-                Ok(HaloExchangeSpec {
-                    specification: spec.clone(),
-                    pack_slices: spec.boundary_slices(bd, true)?,
-                    pack_clockwise_rotation: 0,
-                    unpack_slices: spec.boundary_slices(bd.opposite(), false)?,
-                })
-            })
+            .map(|&bd| HaloExchangeSpec::periodic(spec.clone(), bd))
             .collect::<Result<Vec<_>>>()?;
         let t = HaloDataTransformer::with_pool(b, pool, specs, None)?;
         let sent = t.pack_buffer()?.clone();

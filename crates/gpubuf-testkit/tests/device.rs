@@ -84,17 +84,7 @@ fn pool_hits_on_its_stream<B: Kernels>(b: &B) -> Result<()> {
 /// Every boundary of one field sent to itself: each halo receives the opposite interior
 /// edge (a periodic domain on one rank).
 fn periodic_specs(spec: &QuantityHaloSpec) -> Result<Vec<HaloExchangeSpec>> {
-    Boundary::ALL
-        .iter()
-        .map(|&bd| {
-            Ok(HaloExchangeSpec {
-                specification: spec.clone(),
-                pack_slices: spec.boundary_slices(bd, true)?,
-                pack_clockwise_rotation: 0,
-                unpack_slices: spec.boundary_slices(bd.opposite(), false)?,
-            })
-        })
-        .collect()
+    Boundary::ALL.iter().map(|&bd| HaloExchangeSpec::periodic(spec.clone(), bd)).collect()
 }
 
 fn halo_periodic_self_exchange<B: Kernels>(b: &B) -> Result<()> {
