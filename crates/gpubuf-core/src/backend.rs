@@ -271,6 +271,18 @@ pub trait Backend: Allocator + Clone + fmt::Debug {
     /// Driver errors.
     fn event_complete(&self, event: &Self::Event) -> Result<bool>;
 
+    /// An event after the work queued so far on `stream`, or `None` when that work has
+    /// already completed (nothing to wait for): [`Backend::record_event`] then
+    /// [`Backend::event_complete`], in one call a handle that dispatches at run time makes
+    /// once (the pool records one at every stream-ordered free).
+    ///
+    /// # Errors
+    /// Driver errors.
+    fn record_pending(&self, stream: &Self::Stream) -> Result<Option<Self::Event>> {
+        let event = self.record_event(stream)?;
+        Ok(if self.event_complete(&event)? { None } else { Some(event) })
+    }
+
     /// Blocks the host until `event` has completed.
     ///
     /// # Errors

@@ -62,10 +62,7 @@ impl<B: Backend> PoolStream for StreamHandle<B> {
     }
 
     fn record(&self) -> Result<Option<Arc<dyn Pending>>> {
-        let event = self.backend.record_event(&self.stream)?;
-        if self.backend.event_complete(&event)? {
-            return Ok(None);
-        }
+        let Some(event) = self.backend.record_pending(&self.stream)? else { return Ok(None) };
         Ok(Some(Arc::new(Event { backend: self.backend.clone(), event })))
     }
 }

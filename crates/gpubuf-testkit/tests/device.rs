@@ -199,6 +199,16 @@ fn constructors_and_accessors() -> Result<()> {
     assert_eq!((m.kind(), m.as_cpu().map(gpubuf::DeviceMemory::len)), (BackendKind::Cpu, Some(16)));
     let s = d.new_stream()?;
     assert_ne!(d.stream_id(&s), d.stream_id(d.default_stream()));
+    // The CPU's work is done when queued: no event to wait for, through the device too.
+    assert!(d.record_pending(&s)?.is_none());
+    let g = gpubuf_testkit::gated::Gated::new(d.clone());
+    let gs = g.new_stream()?;
+    let pending = g.record_pending(&gs)?.ok_or_else(|| Error::invalid("a gated event is pending"))?;
+    g.complete(&gs)?;
+    assert!(
+        g.event_complete(&pending)?
+            && g.record_pending(&gs)?.is_some_and(|e| !g.event_complete(&e).unwrap_or(true))
+    );
     Ok(())
 }
 

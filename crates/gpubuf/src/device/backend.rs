@@ -113,6 +113,11 @@ fn wrap_stream<B: Variant>(_: &B, s: Result<B::Stream>) -> Result<Stream> {
 }
 
 #[inline]
+fn wrap_one_event<B: Variant>(_: &B) -> fn(B::Event) -> Event {
+    B::wrap_event
+}
+
+#[inline]
 fn wrap_event<B: Variant>(_: &B, e: Result<B::Event>) -> Result<Event> {
     e.map(B::wrap_event)
 }
@@ -215,6 +220,11 @@ impl Backend for Device {
     #[inline(always)]
     fn record_event(&self, s: &Stream) -> Result<Event> {
         each!(self, b => wrap_event(b, b.record_event(stream(b, s)?)))
+    }
+
+    #[inline(always)]
+    fn record_pending(&self, s: &Stream) -> Result<Option<Event>> {
+        each!(self, b => b.record_pending(stream(b, s)?).map(|e| e.map(wrap_one_event(b))))
     }
 
     #[inline(always)]
