@@ -274,7 +274,15 @@ fn hostile_ops_match_a_model<B: Kernels>(b: &B) -> Result<()> {
                             Hostile::Div(_, d) => (free && *d != 0, m.div_assign(&v, *d)),
                             Hostile::Copy(_, shape) => {
                                 let size = shape.iter().try_fold(1usize, |a, &n| a.checked_mul(n));
-                                if size.is_none_or(|n| n > 64) {
+                                // ndarray also refuses a shape whose non-zero axes multiply
+                                // past isize::MAX, even when another axis is 0.
+                                let nonzero = shape
+                                    .iter()
+                                    .filter(|&&n| n > 0)
+                                    .try_fold(1usize, |a, &n| a.checked_mul(n));
+                                if size.is_none_or(|n| n > 64)
+                                    || nonzero.is_none_or(|n| n > isize::MAX as usize)
+                                {
                                     continue; // a source that large cannot be built
                                 }
                                 let src = ArrayD::<i32>::from_elem(IxDyn(shape), 9);
