@@ -22,6 +22,18 @@ pub(crate) fn reserve<T>(n: usize) -> Result<Vec<T>> {
     Ok(v)
 }
 
+/// The elements of any ndarray view in C order, in a new vector, or
+/// [`Error::OutOfMemory`] (never an abort) when the host cannot hold them: a broadcast view
+/// may stand for more elements than memory.
+///
+/// # Errors
+/// [`Error::OutOfMemory`].
+pub fn c_order_vec<T: Copy, D: Dimension>(view: &ArrayView<'_, T, D>) -> Result<Vec<T>> {
+    let mut data = reserve(view.len())?;
+    data.extend(view.iter().copied());
+    Ok(data)
+}
+
 impl<B: Kernels, T: Element> NDBuffer<B, T> {
     /// Uploads any ndarray view, contiguous or not. C- and F-contiguous views keep their
     /// order in one copy; other views (sliced, stepped, negative strides) are gathered on
@@ -42,10 +54,7 @@ impl<B: Kernels, T: Element> NDBuffer<B, T> {
                 return Ok(NDBuffer { buffer, layout, _t: PhantomData });
             }
         }
-        // A broadcast view may hold more elements than memory: reserve, never abort.
-        let mut data = reserve(view.len())?;
-        data.extend(view.iter().copied());
-        Self::from_slice(backend, &shape, &data)
+        Self::from_slice(backend, &shape, &c_order_vec(&view)?)
     }
 
     /// Writes a host ndarray view of the same shape into this view.

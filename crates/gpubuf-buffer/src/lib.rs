@@ -20,6 +20,7 @@ mod host;
 mod ndbuffer;
 
 pub use buffer::Buffer;
+pub use host::c_order_vec;
 /// The ndarray crate (version 0.17) that [`NDBuffer::from_ndarray`] and
 /// [`NDBuffer::to_ndarray`] speak.
 pub use ndarray;

@@ -256,13 +256,7 @@ impl<B: Kernels, T: Element> Bufferizer<B, T> {
             Input::Host(v) => match v.as_slice() {
                 Some(s) => self.backend.write(&self.stream, memory, offset, bytemuck::cast_slice(s)),
                 None => {
-                    let mut packed: Vec<T> = Vec::new();
-                    packed.try_reserve_exact(v.len()).map_err(|_| Error::OutOfMemory {
-                        requested: bytes,
-                        available: None,
-                        pool: None,
-                    })?;
-                    packed.extend(v.iter().copied());
+                    let packed = gpubuf_buffer::c_order_vec(v)?;
                     self.backend.write(&self.stream, memory, offset, bytemuck::cast_slice(&packed))
                 }
             },

@@ -67,14 +67,7 @@ pub(crate) fn as_bytes<T: Element>(a: &ArrayD<T>) -> &[u8] {
 /// A C-order copy of `view`, or [`Error::OutOfMemory`] (never an abort) when a view with
 /// repeated elements (a broadcast) holds more than the host can.
 fn standard<T: Element>(view: ArrayViewD<'_, T>) -> Result<ArrayD<T>> {
-    let mut data: Vec<T> = Vec::new();
-    data.try_reserve_exact(view.len()).map_err(|_| Error::OutOfMemory {
-        requested: view.len().saturating_mul(T::DTYPE.size()),
-        available: None,
-        pool: None,
-    })?;
-    data.extend(view.iter().copied());
-    Ok(ArrayD::from_shape_vec(view.raw_dim(), data)?)
+    Ok(ArrayD::from_shape_vec(view.raw_dim(), gpubuf_buffer::c_order_vec(&view)?)?)
 }
 
 impl<B: Kernels, T: Element> Mirror<B, T> {

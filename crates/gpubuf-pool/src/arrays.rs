@@ -140,13 +140,6 @@ impl<A: Allocator + 'static> MemoryPool<A> {
         if let Some(s) = view.as_slice() {
             return self.from_slice(backend, &shape, s);
         }
-        let mut data: Vec<T> = Vec::new();
-        data.try_reserve_exact(view.len()).map_err(|_| Error::OutOfMemory {
-            requested: view.len().saturating_mul(T::DTYPE.size()),
-            available: None,
-            pool: None,
-        })?;
-        data.extend(view.iter().copied());
-        self.from_slice(backend, &shape, &data)
+        self.from_slice(backend, &shape, &gpubuf_buffer::c_order_vec(&view)?)
     }
 }
