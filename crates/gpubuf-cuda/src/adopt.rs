@@ -4,11 +4,12 @@
 use crate::error::driver;
 use crate::memory::Owner;
 use crate::{CudaBackend, CudaMemory};
-use cudarc::driver::sys::{CUdeviceptr, CUevent_wait_flags, CUresult};
+use cudarc::driver::sys::{CUdeviceptr, CUevent_wait_flags, CUpointer_attribute, CUresult};
 use cudarc::driver::{result, CudaSlice, DevicePtr};
 use gpubuf_buffer::Buffer;
 use gpubuf_core::{Backend, Error, Result};
 use std::any::Any;
+use std::ffi::c_int;
 
 impl CudaBackend {
     /// Adopts a cudarc slice without a copy: the returned buffer is its memory, and the slice
@@ -50,12 +51,9 @@ impl CudaBackend {
             )
         }
         .map_err(|e| driver(e, "cuStreamWaitEvent"))?;
-        let memory = CudaMemory {
-            ptr,
-            len: bytes,
-            owner: Owner::Slice { slice: Box::new(slice), stream },
-            ctx: self.inner.ctx.clone(),
-        };
+        let owner = Owner::Slice { slice: Box::new(slice), stream };
+        let memory =
+            CudaMemory::new(ptr, bytes, owner, self.inner.ctx.clone(), self.inner.streams.clone(), None);
         Ok(Buffer::from_memory(self, memory))
     }
 
@@ -66,8 +64,8 @@ impl CudaBackend {
     /// work queued on gpubuf's streams has completed (that drop waits for it).
     ///
     /// # Safety
-    /// * `ptr .. ptr + bytes` is device memory of this backend's context (or accessible from
-    ///   it), readable and writable, and stays so until `guard` is dropped.
+    /// * `ptr .. ptr + bytes` is device memory of this backend's device, readable and
+    ///   writable from its context, and stays so until `guard` is dropped.
     /// * Nothing frees, reallocates or reuses the memory while `guard` is alive.
     /// * Foreign work that writes the memory before gpubuf reads it, or reads it while gpubuf
     ///   may write it, is ordered with gpubuf's streams by events (wrap the foreign event
@@ -77,7 +75,9 @@ impl CudaBackend {
     /// # Errors
     /// [`Error::InvalidArgument`] for a null pointer with a non-zero length, a range that
     /// overflows, or a range the driver does not know as one allocation
-    /// (`cuMemGetAddressRange`); driver errors. The guard is dropped on an error.
+    /// (`cuMemGetAddressRange`); [`Error::DeviceMismatch`] for memory the driver places on
+    /// another device (`CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL`); driver errors. The guard is
+    /// dropped on an error.
     pub unsafe fn adopt_ptr(
         &self,
         ptr: CUdeviceptr,
@@ -93,6 +93,24 @@ impl CudaBackend {
                 return Err(Error::invalid("a null device pointer cannot be adopted"));
             }
             self.bind()?;
+            let mut ordinal: c_int = -1;
+            // The device first: with unified addressing another device's allocation is
+            // found by the range query too.
+            // SAFETY: only queries the driver's record of `ptr`; the out-pointer is a live
+            // `int`, the type this attribute writes.
+            let r = unsafe {
+                cudarc::driver::sys::cuPointerGetAttribute(
+                    (&mut ordinal as *mut c_int).cast(),
+                    CUpointer_attribute::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+                    ptr,
+                )
+            };
+            let own = self.inner.ctx.ordinal();
+            if r == CUresult::CUDA_SUCCESS && usize::try_from(ordinal) != Ok(own) {
+                return Err(Error::DeviceMismatch(format!(
+                    "{ptr:#x} is memory of CUDA device {ordinal}, not of this backend's device {own}"
+                )));
+            }
             let (mut base, mut size) = (0 as CUdeviceptr, 0usize);
             // SAFETY: only queries the driver's record of the allocation holding `ptr`;
             // both out-pointers are live locals.
@@ -109,7 +127,9 @@ impl CudaBackend {
                 )));
             }
         }
-        let memory = CudaMemory { ptr, len: bytes, owner: Owner::Guard(guard), ctx: self.inner.ctx.clone() };
+        let owner = Owner::Guard(guard);
+        let memory =
+            CudaMemory::new(ptr, bytes, owner, self.inner.ctx.clone(), self.inner.streams.clone(), None);
         Ok(Buffer::from_memory(self, memory))
     }
 }

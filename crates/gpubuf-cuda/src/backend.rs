@@ -1,9 +1,10 @@
 //! [`CudaBackend`]: the backend traits over one CUDA device.
 
-use crate::device::{driver_available, info_of, selected_ordinal};
-use crate::error::{driver, maybe_oom};
+use crate::device::{attribute, device_info, driver_available, selected_ordinal};
+use crate::error::{alloc_error, check_request, driver, maybe_oom};
 use crate::kernels::ModuleCache;
-use crate::memory::{CudaEvent, CudaMemory, CudaStream, OwnedStream};
+use crate::memory::{CudaEvent, CudaMemory, CudaStream, OwnedStream, Owner};
+use crate::order::{Ready, StreamSet};
 use crate::program::UserPrograms;
 use crate::staging::{Staging, DIRECT_BELOW};
 use cudarc::driver::sys::{CUdevice_attribute, CUevent_flags, CUresult};
@@ -24,8 +25,12 @@ pub struct CudaBackend {
 
 pub(crate) struct Inner {
     pub(crate) ctx: Arc<CudaContext>,
+    /// The device's description; `total_memory` (`cuDeviceTotalMem`, queried once) bounds
+    /// every allocation request.
     pub(crate) info: DeviceInfo,
     pub(crate) stream_ordered: bool,
+    /// The context's gpubuf streams (shared with every backend handle of the context).
+    pub(crate) streams: Arc<StreamSet>,
     pub(crate) modules: ModuleCache,
     pub(crate) user_programs: UserPrograms,
     staging: Mutex<Option<Staging>>,
@@ -56,16 +61,28 @@ impl CudaBackend {
     /// As [`CudaBackend::new`].
     pub fn with_ordinal(ordinal: usize) -> Result<Self> {
         driver_available()?;
+        let n = CudaContext::device_count().map_err(|e| driver(e, "cuDeviceGetCount"))?;
+        if ordinal >= n.max(0) as usize {
+            return Err(Error::invalid(format!(
+                "CUDA device ordinal {ordinal}: the driver has {n} device(s)"
+            )));
+        }
+        let info = device_info(ordinal)?;
         let ctx = CudaContext::new(ordinal).map_err(|e| driver(e, "cuDevicePrimaryCtxRetain"))?;
-        let info = info_of(&ctx)?;
-        let pools =
-            ctx.attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED).unwrap_or(0);
-        let default_stream = new_stream(&ctx)?;
+        let pools = attribute(
+            ctx.cu_device(),
+            CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED,
+            "memory pools supported",
+        )
+        .unwrap_or(0);
+        let streams = StreamSet::of(&ctx);
+        let default_stream = new_stream(&ctx, &streams)?;
         Ok(CudaBackend {
             inner: Arc::new(Inner {
                 ctx,
                 info,
                 stream_ordered: pools != 0,
+                streams,
                 modules: ModuleCache::default(),
                 user_programs: UserPrograms::default(),
                 staging: Mutex::new(None),
@@ -84,6 +101,48 @@ impl CudaBackend {
         &self.inner.ctx
     }
 
+    /// Allocates `bytes` bytes for work on `stream`: stream-ordered there where the device
+    /// supports memory pools, so the allocation waits for no other stream; gpubuf's
+    /// operations on other streams wait for it by themselves. Requests larger than the
+    /// device's total memory are refused before the driver is asked.
+    ///
+    /// # Errors
+    /// [`Error::OutOfMemory`] (naming the request, with the device's total as `available`)
+    /// for a request past the device's total memory or one the driver cannot meet (out of
+    /// memory, or a size it refuses as invalid); [`Error::DeviceMismatch`] for a stream of
+    /// another context; driver errors.
+    pub fn allocate_on(&self, stream: &CudaStream, bytes: usize) -> Result<CudaMemory> {
+        let inner = &*self.inner;
+        self.own_stream(stream)?;
+        let new = |ptr, owner, ready| {
+            CudaMemory::new(ptr, bytes, owner, inner.ctx.clone(), inner.streams.clone(), ready)
+        };
+        if bytes == 0 {
+            return Ok(new(0, Owner::Nothing, None));
+        }
+        let total = inner.info.total_memory;
+        check_request(bytes, total)?;
+        self.bind()?;
+        if !inner.stream_ordered {
+            // SAFETY: a non-zero size; the context is current.
+            let ptr = unsafe { result::malloc_sync(bytes) }
+                .map_err(|e| alloc_error(e, "cuMemAlloc", bytes, total))?;
+            return Ok(new(ptr, Owner::Gpubuf { home: None }, None));
+        }
+        // SAFETY: a non-zero size; a live stream of the current context.
+        let ptr = unsafe { result::malloc_async(stream.raw, bytes) }
+            .map_err(|e| alloc_error(e, "cuMemAllocAsync", bytes, total))?;
+        let home = Owner::Gpubuf { home: Some(stream.clone()) };
+        match Ready::record(&inner.ctx, stream.id, stream.raw) {
+            Ok(r) => Ok(new(ptr, home, Some(r))),
+            Err(e) => {
+                // Freed on `stream` again, after its allocation there.
+                drop(new(ptr, home, None));
+                Err(driver(e, "cuEventRecord"))
+            }
+        }
+    }
+
     fn with_staging<R>(&self, f: impl FnOnce(&mut Staging) -> Result<R>) -> Result<R> {
         let mut s = self.inner.staging.lock();
         if s.is_none() {
@@ -96,15 +155,15 @@ impl CudaBackend {
     }
 }
 
-fn new_stream(ctx: &Arc<CudaContext>) -> Result<CudaStream> {
+fn new_stream(ctx: &Arc<CudaContext>, streams: &Arc<StreamSet>) -> Result<CudaStream> {
     ctx.bind_to_thread().map_err(|e| driver(e, "cuCtxSetCurrent"))?;
     let raw = result::stream::create(result::stream::StreamKind::Default)
         .map_err(|e| driver(e, "cuStreamCreate"))?;
-    Ok(CudaStream {
-        raw,
-        id: next_stream_id(),
-        owner: Arc::new(OwnedStream { raw, ctx: ctx.clone(), cudarc: None }),
-    })
+    let id = next_stream_id();
+    // The owner destroys the stream (and takes it out of the set) on every path below.
+    let owner = Arc::new(OwnedStream { raw, id, ctx: ctx.clone(), streams: streams.clone(), cudarc: None });
+    streams.register(id, raw)?;
+    Ok(CudaStream { raw, id, owner })
 }
 
 /// Identities of streams: process-wide and never reused.
@@ -119,31 +178,15 @@ impl Allocator for CudaBackend {
     type Memory = CudaMemory;
 
     fn allocate(&self, bytes: usize) -> Result<CudaMemory> {
-        let ctx = self.inner.ctx.clone();
-        if bytes == 0 {
-            return Ok(CudaMemory::allocated(0, 0, false, ctx));
-        }
-        self.bind()?;
-        let ordered = self.inner.stream_ordered;
-        // SAFETY: a non-zero size; the context is current.
-        let ptr = unsafe {
-            if ordered {
-                result::malloc_async(result::stream::null(), bytes)
-            } else {
-                result::malloc_sync(bytes)
-            }
-        }
-        .map_err(|e| maybe_oom(e, "cuMemAlloc", bytes))?;
-        Ok(CudaMemory::allocated(ptr, bytes, ordered, ctx))
+        self.allocate_on(&self.inner.default_stream, bytes)
     }
 
     fn allocate_immediate(&self, bytes: usize) -> Result<CudaMemory> {
         // CUDA backs allocations when they are made; wait for a stream-ordered one.
         let m = self.allocate(bytes)?;
-        if m.stream_ordered() {
-            // SAFETY: the legacy default stream of the current context.
-            unsafe { result::stream::synchronize(result::stream::null()) }
-                .map_err(|e| maybe_oom(e, "cuStreamSynchronize", bytes))?;
+        if let Some(r) = &m.ready {
+            self.bind()?;
+            r.wait().map_err(|e| maybe_oom(e, "cuEventSynchronize", bytes))?;
         }
         Ok(m)
     }
@@ -177,16 +220,19 @@ impl Backend for CudaBackend {
     }
 
     fn new_stream(&self) -> Result<CudaStream> {
-        new_stream(&self.inner.ctx)
+        new_stream(&self.inner.ctx, &self.inner.streams)
     }
 
     fn write(&self, stream: &CudaStream, dst: &CudaMemory, offset: usize, src: &[u8]) -> Result<()> {
+        self.own_stream(stream)?;
+        self.own_memory(dst)?;
         MemRef::new(dst, offset, src.len())?;
         if src.is_empty() {
             return Ok(());
         }
         let _span = tracing::trace_span!("cuda.write", bytes = src.len()).entered();
         self.bind()?;
+        self.use_on(stream, dst)?;
         let at = dst.ptr + offset as u64;
         if src.len() < DIRECT_BELOW {
             // SAFETY: range checked; from pageable memory the driver stages the bytes
@@ -198,12 +244,15 @@ impl Backend for CudaBackend {
     }
 
     fn read(&self, stream: &CudaStream, src: &CudaMemory, offset: usize, dst: &mut [u8]) -> Result<()> {
+        self.own_stream(stream)?;
+        self.own_memory(src)?;
         MemRef::new(src, offset, dst.len())?;
         if dst.is_empty() {
             return Ok(());
         }
         let _span = tracing::trace_span!("cuda.read", bytes = dst.len()).entered();
         self.bind()?;
+        self.use_on(stream, src)?;
         let at = src.ptr + offset as u64;
         if dst.len() < DIRECT_BELOW {
             // SAFETY: range checked; the stream is synchronised before `dst` is released.
@@ -222,13 +271,19 @@ impl Backend for CudaBackend {
         dst: &CudaMemory,
         dst_offset: usize,
     ) -> Result<()> {
+        self.own_stream(stream)?;
+        self.own_memory(src.memory)?;
+        self.own_memory(dst)?;
         check_copy(&src, dst, dst_offset)?;
         if src.len == 0 {
             return Ok(());
         }
         let _span = tracing::trace_span!("cuda.copy", bytes = src.len).entered();
         self.bind()?;
-        // SAFETY: both ranges checked inside live allocations and disjoint.
+        self.use_on(stream, src.memory)?;
+        self.use_on(stream, dst)?;
+        // SAFETY: both ranges checked inside live allocations of this context, disjoint,
+        // and allocated before this point of `stream`.
         unsafe {
             result::memcpy_dtod_async(
                 dst.ptr + dst_offset as u64,
@@ -241,12 +296,15 @@ impl Backend for CudaBackend {
     }
 
     fn fill(&self, stream: &CudaStream, dst: MemRef<'_, CudaMemory>, pattern: &[u8]) -> Result<()> {
+        self.own_stream(stream)?;
+        self.own_memory(dst.memory)?;
         check_fill(&dst, pattern)?;
         if dst.len == 0 {
             return Ok(());
         }
         let _span = tracing::trace_span!("cuda.fill", bytes = dst.len).entered();
         self.bind()?;
+        self.use_on(stream, dst.memory)?;
         let at = dst.memory.ptr + dst.offset as u64;
         if pattern.iter().all(|&b| b == pattern[0]) {
             // SAFETY: range checked inside a live allocation.
@@ -269,6 +327,7 @@ impl Backend for CudaBackend {
     }
 
     fn record_event(&self, stream: &CudaStream) -> Result<CudaEvent> {
+        self.own_stream(stream)?;
         self.bind()?;
         let raw = result::event::create(CUevent_flags::CU_EVENT_DISABLE_TIMING)
             .map_err(|e| driver(e, "cuEventCreate"))?;
@@ -295,6 +354,7 @@ impl Backend for CudaBackend {
     }
 
     fn stream_wait(&self, stream: &CudaStream, event: &CudaEvent) -> Result<()> {
+        self.own_stream(stream)?;
         self.bind()?;
         // SAFETY: a live stream and event of this context.
         unsafe {
@@ -308,6 +368,7 @@ impl Backend for CudaBackend {
     }
 
     fn synchronize(&self, stream: &CudaStream) -> Result<()> {
+        self.own_stream(stream)?;
         self.bind()?;
         // SAFETY: a live stream of this context.
         unsafe { result::stream::synchronize(stream.raw) }.map_err(|e| maybe_oom(e, "cuStreamSynchronize", 0))

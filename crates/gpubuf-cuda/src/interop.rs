@@ -13,21 +13,27 @@
 //! takes over a raw `CUevent` as the caller states.
 //!
 //! # Ordering
-//! gpubuf's own streams are created blocking with respect to the legacy default stream, on
-//! which gpubuf frees its memory (stream-ordered): a buffer dropped after work was queued
-//! on a gpubuf stream is freed after that work. Work the caller queues on
-//! [`CudaStream::raw`] is ordered with gpubuf's work on that stream. Work on the caller's
-//! own streams is joined with events: record one on the caller's stream, wrap it
+//! gpubuf allocates stream-ordered on the stream that asked for the memory (its *home*: the
+//! backend's default stream for `Allocator::allocate`, the given stream for
+//! [`CudaBackend::allocate_on`]) and frees it on that stream after the stream waited for
+//! the work queued so far on every gpubuf stream of the context, the cudarc streams wrapped
+//! by [`CudaBackend::stream_from_cudarc`] included. So a buffer dropped after work was
+//! queued on a gpubuf stream, by gpubuf or by the caller on [`CudaStream::raw`], is freed
+//! after that work; and gpubuf's own operations on a stream other than the home stream
+//! wait for the allocation by themselves. No gpubuf allocation or free makes one stream
+//! wait for another's unrelated work.
+//!
+//! Work on the caller's own streams (the legacy default stream included) is not seen by
+//! gpubuf. Join it with events: record one on the caller's stream, wrap it
 //! ([`CudaEvent::from_cudarc`], [`CudaEvent::from_raw`]) and join it with
 //! [`gpubuf_core::Backend::stream_wait`]; the other way, `cuStreamWaitEvent` (cudarc's
-//! `CudaStream::wait`) on [`CudaEvent::raw`] of a gpubuf `record_event`. A cudarc stream
-//! from `CudaContext::new_stream` is *non-blocking*: the legacy default stream does not
-//! wait for it, so before the last view of a buffer used there drops, join that stream to
-//! a gpubuf stream or synchronise it. Nor does it wait for gpubuf's allocations, which are
-//! stream-ordered on the legacy default stream: [`crate::UserKernel::launch`] joins them
-//! by itself; before the caller's own work there (cudarc's launch builder with
-//! [`KernelPtr`]) touches a buffer, make the stream wait for an event of a gpubuf stream
-//! recorded after the buffer was made.
+//! `CudaStream::wait`) on [`CudaEvent::raw`] of a gpubuf `record_event`. Before the last
+//! view of a buffer used on such a stream drops, join that stream into a gpubuf stream or
+//! synchronise it. Before the caller's own work (cudarc's launch builder with
+//! [`KernelPtr`]) on a stream other than the buffer's home stream first touches a new
+//! buffer, make that stream wait for an event recorded on the home stream after the
+//! buffer was made, or allocate it with `Allocator::allocate_immediate` (the allocation
+//! is done when it returns).
 
 use crate::backend::next_stream_id;
 use crate::memory::OwnedStream;
@@ -83,10 +89,10 @@ impl CudaBackend {
     /// owns it, when its last `Arc` drops). gpubuf work on it is ordered with the caller's
     /// cudarc work on it.
     ///
-    /// A stream from `CudaContext::new_stream` is non-blocking: gpubuf's frees on the legacy
-    /// default stream do not wait for it, nor it for gpubuf's allocations there. Join it to a
-    /// gpubuf stream (or synchronise it) before the last view of a buffer used on it drops,
-    /// and the other way before it first touches a new buffer (see the module docs).
+    /// While a clone lives, gpubuf's frees wait for the work queued on it (by gpubuf or the
+    /// caller) before the free, and gpubuf's operations on it wait for allocations made on
+    /// other streams; the caller's own work on it must wait for a new buffer's allocation
+    /// as the module docs say.
     ///
     /// # Errors
     /// [`Error::DeviceMismatch`] for a stream of another context.
@@ -95,8 +101,19 @@ impl CudaBackend {
             return Err(Error::DeviceMismatch("the stream belongs to another CUDA context".into()));
         }
         let raw = stream.cu_stream();
-        let owner = OwnedStream { raw, ctx: self.inner.ctx.clone(), cudarc: Some(stream) };
-        Ok(CudaStream { raw, id: next_stream_id(), owner: Arc::new(owner) })
+        let id = next_stream_id();
+        self.bind()?;
+        let streams = self.inner.streams.clone();
+        // The owner takes the stream out of the set when the last clone drops.
+        let owner = Arc::new(OwnedStream {
+            raw,
+            id,
+            ctx: self.inner.ctx.clone(),
+            streams: streams.clone(),
+            cudarc: Some(stream),
+        });
+        streams.register(id, raw)?;
+        Ok(CudaStream { raw, id, owner })
     }
 }
 

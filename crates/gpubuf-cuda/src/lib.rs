@@ -29,6 +29,7 @@ pub mod geometry;
 pub mod interop;
 mod kernels;
 mod memory;
+mod order;
 pub mod nvrtc;
 pub mod program;
 pub mod ptx;
@@ -39,7 +40,7 @@ mod staging;
 pub use cudarc;
 
 pub use backend::CudaBackend;
-pub use device::{devices, driver_available, nvrtc_available, DEVICE_ENV};
+pub use device::{device_list, devices, driver_available, nvrtc_available, DEVICE_ENV};
 pub use kernels::{compile_ptx, CudaPlan, MAX_SOURCES, PLAN_SOURCE};
 pub use memory::{CudaEvent, CudaMemory, CudaStream};
 pub use nvrtc::compile_user_ptx;

@@ -1,29 +1,46 @@
 //! [`CudaMemory`], streams and events as owned raw driver handles.
 
 use crate::error::driver;
-use cudarc::driver::sys::{CUdeviceptr, CUevent, CUevent_flags, CUevent_wait_flags, CUstream};
+use crate::order::{Ready, StreamSet};
+use crate::CudaBackend;
+use cudarc::driver::sys::{CUdeviceptr, CUevent, CUevent_flags, CUstream};
 use cudarc::driver::{result, CudaContext};
-use gpubuf_core::DeviceMemory;
+use gpubuf_core::{DeviceMemory, Error, Result};
 use std::any::Any;
 use std::sync::Arc;
 
-/// One device allocation. gpubuf's own are allocated stream-ordered (`cuMemAllocAsync` on
-/// the legacy default stream) where the device supports memory pools, and freed the same
-/// way, which orders the free after all work queued before it on gpubuf's (blocking)
-/// streams. Adopted memory (see [`crate::CudaBackend::adopt_slice`]) is released by its
-/// owner instead, after the same point.
+/// One device allocation, owned by one CUDA context (device).
+///
+/// gpubuf's own are allocated stream-ordered (`cuMemAllocAsync`) where the device supports
+/// memory pools, on the stream that asked for them: the backend's default stream for
+/// [`gpubuf_core::Allocator::allocate`], the given one for
+/// [`crate::CudaBackend::allocate_on`]. gpubuf's operations on another stream first wait
+/// for the allocation. The free is stream-ordered on the same stream, after it waited for
+/// the work queued so far on every gpubuf stream of the context (see [`crate::interop`] for
+/// work queued elsewhere). Adopted memory (see [`crate::CudaBackend::adopt_slice`]) is
+/// released by its owner instead, after the same point.
+///
+/// Handing memory of one device to a backend of another is refused with
+/// [`gpubuf_core::Error::DeviceMismatch`] by every operation.
 pub struct CudaMemory {
     pub(crate) ptr: CUdeviceptr,
     pub(crate) len: usize,
     pub(crate) owner: Owner,
+    /// The owning context; two backends of one device share its primary context.
     pub(crate) ctx: Arc<CudaContext>,
+    /// The device's ordinal (for messages).
+    pub(crate) ordinal: usize,
+    /// Where a stream-ordered allocation becomes usable on other streams.
+    pub(crate) ready: Option<Ready>,
+    /// The context's gpubuf streams, which the free waits for.
+    pub(crate) streams: Arc<StreamSet>,
 }
 
 /// Who releases a [`CudaMemory`]'s device memory.
 pub(crate) enum Owner {
-    /// gpubuf allocated it (`cuMemAllocAsync` when `stream_ordered`, else `cuMemAlloc`) and
-    /// frees it the same way.
-    Gpubuf { stream_ordered: bool },
+    /// gpubuf allocated it: stream-ordered on `home` (`cuMemAllocAsync`, freed with
+    /// `cuMemFreeAsync` there), or with `cuMemAlloc` when `home` is `None`.
+    Gpubuf { home: Option<CudaStream> },
     /// A cudarc `CudaSlice` handed over: dropped (cudarc frees it on `stream`) once `stream`
     /// waits for the work queued on gpubuf's streams.
     Slice { slice: Box<dyn Any + Send + Sync>, stream: Arc<cudarc::driver::CudaStream> },
@@ -35,32 +52,99 @@ pub(crate) enum Owner {
 }
 
 impl CudaMemory {
-    /// gpubuf's own allocation.
-    pub(crate) fn allocated(
+    /// Memory of `ctx` released by `owner`.
+    pub(crate) fn new(
         ptr: CUdeviceptr,
         len: usize,
-        stream_ordered: bool,
+        owner: Owner,
         ctx: Arc<CudaContext>,
+        streams: Arc<StreamSet>,
+        ready: Option<Ready>,
     ) -> Self {
-        let owner = if len == 0 { Owner::Nothing } else { Owner::Gpubuf { stream_ordered } };
-        CudaMemory { ptr, len, owner, ctx }
+        let owner = if len == 0 && matches!(owner, Owner::Gpubuf { .. }) { Owner::Nothing } else { owner };
+        CudaMemory { ptr, len, owner, ordinal: ctx.ordinal(), ctx, ready, streams }
     }
 
-    /// Whether gpubuf allocated this memory stream-ordered (its use must wait for the
-    /// allocation on the legacy default stream).
+    /// Whether gpubuf allocated this memory stream-ordered (its use on another stream must
+    /// wait for the allocation).
     pub(crate) fn stream_ordered(&self) -> bool {
-        matches!(self.owner, Owner::Gpubuf { stream_ordered: true })
+        matches!(self.owner, Owner::Gpubuf { home: Some(_) })
     }
 
     /// Whether the memory was adopted (gpubuf did not allocate it).
     pub fn is_adopted(&self) -> bool {
         matches!(self.owner, Owner::Slice { .. } | Owner::Guard(_))
     }
+
+    /// The ordinal of the device the memory belongs to.
+    pub fn device_ordinal(&self) -> usize {
+        self.ordinal
+    }
+}
+
+impl CudaBackend {
+    /// Refuses memory of another context (another device): CUDA would copy across
+    /// devices or run kernels over addresses the device cannot reach.
+    ///
+    /// # Errors
+    /// [`Error::DeviceMismatch`].
+    pub(crate) fn own_memory(&self, memory: &CudaMemory) -> Result<()> {
+        if memory.ctx.cu_ctx() == self.inner.ctx.cu_ctx() {
+            return Ok(());
+        }
+        Err(Error::DeviceMismatch(format!(
+            "memory of CUDA device {} (another context) given to the backend of device {}",
+            memory.ordinal,
+            self.inner.ctx.ordinal()
+        )))
+    }
+
+    /// Refuses a stream of another context.
+    ///
+    /// # Errors
+    /// [`Error::DeviceMismatch`].
+    pub(crate) fn own_stream(&self, stream: &CudaStream) -> Result<()> {
+        if stream.owner.ctx.cu_ctx() == self.inner.ctx.cu_ctx() {
+            return Ok(());
+        }
+        Err(Error::DeviceMismatch(format!(
+            "a stream of CUDA device {} (another context) given to the backend of device {}",
+            stream.owner.ctx.ordinal(),
+            self.inner.ctx.ordinal()
+        )))
+    }
+
+    /// Checks that `memory` belongs to this backend's context and makes `stream` wait for
+    /// its allocation when that was queued on another stream. Every operation that uses
+    /// memory on a stream calls it first, with the context bound.
+    ///
+    /// # Errors
+    /// [`Error::DeviceMismatch`] for memory of another context; driver errors of the join.
+    pub(crate) fn use_on(&self, stream: &CudaStream, memory: &CudaMemory) -> Result<()> {
+        self.own_memory(memory)?;
+        memory.join_allocation(stream)
+    }
+}
+
+impl CudaMemory {
+    /// Makes `stream` wait for this memory's allocation when that was queued on another
+    /// stream and is not known done (with the context bound). Kernel launches call it for
+    /// every memory argument, after checking the memory's context.
+    ///
+    /// # Errors
+    /// Driver errors of the join.
+    pub(crate) fn join_allocation(&self, stream: &CudaStream) -> Result<()> {
+        match &self.ready {
+            Some(r) => r.join(stream.id, stream.raw).map_err(|e| driver(e, "cuStreamWaitEvent")),
+            None => Ok(()),
+        }
+    }
 }
 
 /// An event recorded on the legacy default stream of the current context: it completes
 /// after all work queued before it on every blocking stream (gpubuf's streams) and on the
-/// legacy stream itself (gpubuf's stream-ordered allocations and frees).
+/// legacy stream itself. Recording it makes later work on every blocking stream wait for
+/// it, so gpubuf's own paths do not use it.
 pub(crate) fn legacy_event() -> Result<CUevent, cudarc::driver::DriverError> {
     let ev = result::event::create(CUevent_flags::CU_EVENT_DISABLE_TIMING)?;
     // SAFETY: a live event of the current context and the legacy default stream.
@@ -85,6 +169,7 @@ impl std::fmt::Debug for CudaMemory {
         f.debug_struct("CudaMemory")
             .field("ptr", &format_args!("{:#x}", self.ptr))
             .field("len", &self.len)
+            .field("device", &self.ordinal)
             .finish()
     }
 }
@@ -108,36 +193,37 @@ impl Drop for CudaMemory {
         let _ = self.ctx.bind_to_thread();
         match owner {
             Owner::Nothing => {}
-            Owner::Gpubuf { stream_ordered } => {
-                // SAFETY: `ptr` came from the matching allocation call and is freed once.
-                let r = unsafe {
-                    if stream_ordered {
-                        result::free_async(self.ptr, result::stream::null())
-                    } else {
-                        result::free_sync(self.ptr)
-                    }
-                };
-                if let Err(e) = r {
+            Owner::Gpubuf { home: Some(home) } => {
+                // The home stream waits for the work queued so far on every gpubuf stream
+                // of the context (each may have used the memory); if that fails, the host
+                // waits for the whole context instead.
+                if let Err(e) = self.streams.order_before(home.raw, Some(home.id)) {
+                    tracing::warn!(
+                        "ordering a free failed, synchronising: {}",
+                        driver(e, "cuStreamWaitEvent")
+                    );
+                    let _ = self.ctx.synchronize();
+                }
+                // SAFETY: `ptr` came from `cuMemAllocAsync` on `home` and is freed once, on
+                // `home` (kept alive by this clone), after the allocation (same stream) and
+                // after every gpubuf operation queued on any stream of the context before
+                // this drop (the waits above, or the synchronisation). No gpubuf operation
+                // can be queued later: this was the last reference.
+                if let Err(e) = unsafe { result::free_async(self.ptr, home.raw) } {
+                    tracing::warn!("freeing CUDA memory failed: {}", driver(e, "cuMemFreeAsync"));
+                }
+            }
+            Owner::Gpubuf { home: None } => {
+                // SAFETY: `ptr` came from `cuMemAlloc` and is freed once; `cuMemFree` waits
+                // for the device's work before it releases the memory.
+                if let Err(e) = unsafe { result::free_sync(self.ptr) } {
                     tracing::warn!("freeing CUDA memory failed: {}", driver(e, "cuMemFree"));
                 }
             }
             Owner::Slice { slice, stream } => {
                 // The slice's stream (often non-blocking) waits for gpubuf's streams; then
                 // cudarc frees the slice on it, after that wait.
-                let joined = legacy_event().and_then(|ev| {
-                    // SAFETY: a live stream and event of this context; the event is
-                    // destroyed after the wait was queued (the driver keeps it until then).
-                    unsafe {
-                        let r = result::stream::wait_event(
-                            stream.cu_stream(),
-                            ev,
-                            CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT,
-                        );
-                        let _ = result::event::destroy(ev);
-                        r
-                    }
-                });
-                if let Err(e) = joined {
+                if let Err(e) = self.streams.order_before(stream.cu_stream(), None) {
                     tracing::warn!(
                         "ordering an adopted slice's free failed, synchronising: {}",
                         driver(e, "cuStreamWaitEvent")
@@ -147,15 +233,7 @@ impl Drop for CudaMemory {
                 drop(slice);
             }
             Owner::Guard(guard) => {
-                let done = legacy_event().and_then(|ev| {
-                    // SAFETY: a live event of this context, destroyed once after the wait.
-                    unsafe {
-                        let r = result::event::synchronize(ev);
-                        let _ = result::event::destroy(ev);
-                        r
-                    }
-                });
-                if let Err(e) = done {
+                if let Err(e) = self.streams.wait_host() {
                     tracing::warn!(
                         "waiting before releasing adopted memory failed, synchronising: {}",
                         driver(e, "cuEventSynchronize")
@@ -183,7 +261,11 @@ pub struct CudaStream {
 /// The owning handle of a stream.
 pub(crate) struct OwnedStream {
     pub(crate) raw: CUstream,
+    /// The stream's identity (as [`CudaStream::id`]).
+    pub(crate) id: u64,
     pub(crate) ctx: Arc<CudaContext>,
+    /// The context's gpubuf streams: this one leaves the set when destroyed.
+    pub(crate) streams: Arc<StreamSet>,
     /// A cudarc stream wrapped by gpubuf: it owns the handle (gpubuf destroys nothing).
     pub(crate) cudarc: Option<Arc<cudarc::driver::CudaStream>>,
 }
@@ -205,10 +287,12 @@ impl std::fmt::Debug for CudaStream {
 
 impl Drop for OwnedStream {
     fn drop(&mut self) {
+        let _ = self.ctx.bind_to_thread();
+        // Frees queued later still wait for the work queued here so far.
+        self.streams.retire(self.id);
         if self.cudarc.is_some() {
             return; // cudarc's wrapper destroys the stream if it owns it
         }
-        let _ = self.ctx.bind_to_thread();
         // SAFETY: created by `stream::create`, destroyed once; queued work still completes.
         let _ = unsafe { result::stream::destroy(self.raw) };
     }

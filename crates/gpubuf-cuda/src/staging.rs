@@ -4,8 +4,12 @@
 //! than [`DIRECT_BELOW`] go through two pinned halves, alternately: while one half's
 //! transfer runs, the host fills (or drains) the other. A write returns as soon as the
 //! caller's bytes are in pinned memory; the device-side copy stays ordered on the stream.
+//!
+//! The pinned block has a fixed size (two halves of 4 MiB), allocated once per backend on
+//! the first large copy: no user number reaches `cuMemHostAlloc`, so a huge copy is split
+//! into halves rather than asking the driver for pinned memory of its size.
 
-use crate::error::driver;
+use crate::error::{driver, maybe_oom};
 use crate::memory::CudaEvent;
 use cudarc::driver::sys::{CUdeviceptr, CUevent_flags, CUstream};
 use cudarc::driver::{result, CudaContext};
@@ -29,7 +33,8 @@ unsafe impl Send for Staging {}
 impl Staging {
     pub(crate) fn new(ctx: Arc<CudaContext>) -> Result<Self> {
         // SAFETY: allocates page-locked host memory of a fixed size.
-        let host = unsafe { result::malloc_host(2 * HALF, 0) }.map_err(|e| driver(e, "cuMemHostAlloc"))?;
+        let host = unsafe { result::malloc_host(2 * HALF, 0) }
+            .map_err(|e| maybe_oom(e, "cuMemHostAlloc", 2 * HALF))?;
         Ok(Staging { host: host as *mut u8, events: [None, None], ctx })
     }
 
