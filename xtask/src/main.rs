@@ -1,16 +1,21 @@
 //! `cargo xtask <command>`: the project's automation.
 //!
 //! * `test-all`: install missing system packages, then fmt check, clippy `-D warnings`,
-//!   docs with warnings denied, and the tests of every backend that can run here; prints
+//!   docs with warnings denied, the check that the embedded CUDA kernels match their
+//!   sources (`cuda-kernels` below), and the tests of every backend that can run here; prints
 //!   one line per backend (`backend <name>: ran N tests | skipped (<reason>)`), then the
 //!   hostile-input suites in release, Miri over the CPU crates, the MPI tests and demo, and
 //!   the examples. The closing `N passed, M failed` line counts every failed test and step.
 //!   Under `CI=true` a skipped CPU or OpenCL backend fails the run.
 //! * `install-deps`: only the installing.
 //! * `gpu-bundle`: builds the test and bench binaries with CUDA into `gpu-bundle/`.
+//! * `cuda-kernels`: compiles `kernels/cuda/*.cu` with a pinned NVRTC (12.0, installed into
+//!   a virtual environment under the target folder) into the cubins and PTX the CUDA
+//!   backend embeds, `crates/gpubuf-cuda/kernels/`; `test-all` fails when they are stale.
 
 mod artifacts;
 mod bundle;
+mod cudagen;
 mod deps;
 mod miri;
 mod mpi;
@@ -32,8 +37,9 @@ fn main() -> ExitCode {
             problems.is_empty()
         }
         "gpu-bundle" => bundle::build(),
+        "cuda-kernels" => cudagen::generate(),
         _ => {
-            eprintln!("usage: cargo xtask <test-all | install-deps | gpu-bundle>");
+            eprintln!("usage: cargo xtask <test-all | install-deps | gpu-bundle | cuda-kernels>");
             false
         }
     };

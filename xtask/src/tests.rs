@@ -3,7 +3,7 @@
 use crate::deps;
 use crate::sh::{capture, run_ok, run_tee};
 use crate::summary::{count, Tally};
-use crate::{miri, mpi};
+use crate::{cudagen, miri, mpi};
 use std::collections::BTreeMap;
 use std::process::Command;
 
@@ -72,6 +72,7 @@ pub fn test_all() -> bool {
                 .env("RUSTDOCFLAGS", "-Dwarnings"),
         ),
     );
+    cudagen::check(&mut tally);
 
     let probe = probe();
     let nvrtc = deps::nvrtc_dir();

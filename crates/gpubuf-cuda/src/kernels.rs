@@ -1,6 +1,6 @@
-//! Copy plans on CUDA: `kernels/cuda/plan.cu` compiled by NVRTC once per context, plan
-//! tables uploaded once per plan, one launch per plan (up to [`MAX_SOURCES`] sources; a
-//! plan with more is split by source).
+//! Copy plans on CUDA: `kernels/cuda/plan.cu` compiled ahead of time ([`crate::aot`]) and
+//! loaded once per context, plan tables uploaded once per plan, one launch per plan (up to
+//! [`MAX_SOURCES`] sources; a plan with more is split by source).
 
 use crate::backend::CudaBackend;
 use crate::error::{driver, maybe_oom, unavailable};
@@ -71,12 +71,12 @@ impl CudaBackend {
         if let Some(m) = m.as_ref() {
             return Ok(m.clone());
         }
-        let ptx = compile_ptx()?;
         self.bind()?;
-        let image = CString::new(ptx).map_err(|_| unavailable("PTX holds a NUL byte"))?;
-        // SAFETY: a NUL-terminated PTX image from NVRTC.
-        let raw = unsafe { result::module::load_data(image.as_ptr() as *const c_void) }
-            .map_err(|e| driver(e, "cuModuleLoadData"))?;
+        let (major, minor) =
+            self.inner.ctx.compute_capability().map_err(|e| driver(e, "compute capability"))?;
+        let cc =
+            |v: i32| u32::try_from(v).map_err(|_| unavailable(format!("compute capability {major}.{minor}")));
+        let (raw, _) = crate::aot::load(crate::aot::PLAN, PLAN_SOURCE, cc(major)?, cc(minor)?)?;
         let get = |name: String| -> Result<CUfunction> {
             let c = CString::new(name.clone()).map_err(|_| Error::invalid("kernel name"))?;
             // SAFETY: `raw` is the module just loaded.

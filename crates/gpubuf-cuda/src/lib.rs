@@ -3,7 +3,9 @@
 //! Builds with no CUDA toolkit installed. Before any cudarc call that could panic on a
 //! missing library, [`CudaBackend::new`] checks for libcuda and a device and returns
 //! [`gpubuf_core::Error::BackendUnavailable`] with the reason. Plan kernels come from
-//! `kernels/cuda/plan.cu`, compiled by NVRTC ([`compile_ptx`]) once per context.
+//! `kernels/cuda/plan.cu`, compiled ahead of time and embedded ([`aot`]: cubins for sm_70
+//! to sm_90 and PTX the driver JIT-compiles for newer GPUs), so the driver alone runs them;
+//! NVRTC compiles them at run time only on a GPU no embedded image fits.
 //!
 //! Bridges to the caller's own CUDA code: user kernels in CUDA C compiled by NVRTC and
 //! launched with checked arguments ([`CudaBackend::user_kernel`], [`program`]), device
@@ -22,6 +24,7 @@
 //! ```
 
 mod adopt;
+pub mod aot;
 mod backend;
 mod device;
 mod error;
@@ -29,8 +32,8 @@ pub mod geometry;
 pub mod interop;
 mod kernels;
 mod memory;
-mod order;
 pub mod nvrtc;
+mod order;
 pub mod program;
 pub mod ptx;
 mod staging;

@@ -1,0 +1,318 @@
+//! The backend's own kernels compiled ahead of time and embedded in the binary.
+//!
+//! `cargo xtask cuda-kernels` compiles every `kernels/cuda/*.cu` with a pinned NVRTC
+//! (12.0) into `crates/gpubuf-cuda/kernels/`: a cubin (SASS) for each architecture of
+//! [`PLAN`]`.cubins` (sm_70, 75, 80, 86, 89, 90) and PTX for compute_70 at PTX ISA 8.0, which
+//! drivers from R525 on JIT-compile for any newer GPU. A context loads one of them with
+//! `cuModuleLoadData`, in the order of [`candidates`]:
+//!
+//! 1. the cubin of the device's major version with the highest minor version not above the
+//!    device's (a cubin runs on later minor versions of its major: sm_86 on 8.7 and 8.9);
+//! 2. else, or when the driver rejects the cubin, the PTX (compute capability 7.0 and up);
+//! 3. else, or when the driver rejects the PTX (a driver older than R525 says
+//!    `CUDA_ERROR_UNSUPPORTED_PTX_VERSION`), NVRTC compiles the source at run time into a
+//!    cubin for the device. Pre-Volta GPUs (6.x and older) always take this path; without
+//!    NVRTC they get [`Error::BackendUnavailable`] saying so.
+//!
+//! The driver alone runs the embedded images: no CUDA toolkit and no NVRTC at run time.
+
+use crate::device::nvrtc_available;
+use crate::error::{driver, unavailable};
+use cudarc::driver::result;
+use cudarc::driver::sys::{CUmodule, CUresult};
+use cudarc::nvrtc::{result as nv, sys as nvsys};
+use gpubuf_core::{BackendKind, Error, Result};
+use std::ffi::{c_char, c_void, CString};
+
+/// One `kernels/cuda/*.cu` source compiled ahead of time.
+#[derive(Debug)]
+pub struct Embedded {
+    /// The source's file name under `kernels/cuda`.
+    pub source: &'static str,
+    /// `(architecture, cubin)`, the architecture as `10 * major + minor` (`86` for
+    /// sm_86), in increasing order.
+    pub cubins: &'static [(u32, &'static [u8])],
+    /// `(virtual architecture, PTX text)`: PTX for `compute_70` at ISA 8.0, no NUL byte.
+    pub ptx: (u32, &'static [u8]),
+}
+
+mod generated {
+    use super::Embedded;
+    include!("../kernels/embedded.rs");
+}
+
+/// `kernels/cuda/plan.cu` (the copy-plan gather and scatter kernels) compiled ahead of time.
+pub const PLAN: &Embedded = &generated::PLAN;
+
+/// Every embedded source.
+pub fn embedded() -> &'static [&'static Embedded] {
+    generated::ALL
+}
+
+/// A kernel image for one device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Choice {
+    /// The embedded cubin for `sm_<arch>` (`arch` = `10 * major + minor`).
+    Cubin(u32),
+    /// The embedded PTX for `compute_<arch>`, JIT-compiled by the driver.
+    Ptx(u32),
+    /// NVRTC at run time, compiling the source into a cubin for the device.
+    Nvrtc,
+}
+
+impl std::fmt::Display for Choice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Choice::Cubin(a) => write!(f, "embedded cubin sm_{a}"),
+            Choice::Ptx(a) => write!(f, "embedded PTX compute_{a}"),
+            Choice::Nvrtc => write!(f, "NVRTC at run time"),
+        }
+    }
+}
+
+fn split(arch: u32) -> (u32, u32) {
+    (arch / 10, arch % 10)
+}
+
+/// The images to try, in order, on a device of compute capability `major.minor`: the best
+/// embedded cubin if one runs there, the PTX if the device is at least its virtual
+/// architecture, and NVRTC last. Pure: no driver involved.
+pub fn candidates(e: &Embedded, major: u32, minor: u32) -> Vec<Choice> {
+    let mut out = Vec::with_capacity(3);
+    let cubin =
+        e.cubins.iter().map(|&(a, _)| a).filter(|&a| split(a).0 == major && split(a).1 <= minor).max();
+    if let Some(a) = cubin {
+        out.push(Choice::Cubin(a));
+    }
+    if (major, minor) >= split(e.ptx.0) {
+        out.push(Choice::Ptx(e.ptx.0));
+    }
+    out.push(Choice::Nvrtc);
+    out
+}
+
+/// Whether the driver refused an image as not runnable here (so the next candidate is
+/// tried), rather than failing for another reason (out of memory, a lost context).
+pub fn image_rejected(code: CUresult) -> bool {
+    matches!(
+        code,
+        CUresult::CUDA_ERROR_UNSUPPORTED_PTX_VERSION
+            | CUresult::CUDA_ERROR_INVALID_PTX
+            | CUresult::CUDA_ERROR_NO_BINARY_FOR_GPU
+            | CUresult::CUDA_ERROR_INVALID_IMAGE
+            | CUresult::CUDA_ERROR_INVALID_SOURCE
+            | CUresult::CUDA_ERROR_JIT_COMPILER_NOT_FOUND
+            | CUresult::CUDA_ERROR_UNSUPPORTED_DEVSIDE_SYNC
+    )
+}
+
+/// The bytes of `data` in 8-byte aligned words followed by at least one zero byte: the
+/// driver reads an ELF image through aligned loads, and PTX as a NUL-terminated string.
+fn aligned(data: &[u8]) -> Vec<u64> {
+    let mut words = vec![0u64; data.len() / 8 + 1];
+    for (w, chunk) in words.iter_mut().zip(data.chunks(8)) {
+        let mut b = [0u8; 8];
+        b[..chunk.len()].copy_from_slice(chunk);
+        *w = u64::from_ne_bytes(b);
+    }
+    words
+}
+
+/// Loads `e` into the context current on this thread, for a device of compute capability
+/// `major.minor`, trying [`candidates`] in order; `source` is the CUDA C text NVRTC compiles
+/// when no embedded image runs. Returns the module and the image that was loaded.
+///
+/// # Errors
+/// [`Error::BackendUnavailable`] when no embedded image runs here and NVRTC is missing;
+/// [`Error::Build`] when NVRTC cannot compile for the device; [`Error::Driver`] when the
+/// driver fails other than by rejecting an image.
+pub(crate) fn load(e: &Embedded, source: &str, major: u32, minor: u32) -> Result<(CUmodule, Choice)> {
+    let span = tracing::debug_span!(
+        "cuda.load_module",
+        source = e.source,
+        capability = %format!("{major}.{minor}"),
+        image = tracing::field::Empty,
+    );
+    let _span = span.enter();
+    let mut rejected = Vec::new();
+    for choice in candidates(e, major, minor) {
+        let image = match choice {
+            Choice::Cubin(a) => match e.cubins.iter().find(|c| c.0 == a) {
+                Some(c) => aligned(c.1),
+                None => continue,
+            },
+            Choice::Ptx(_) => aligned(e.ptx.1),
+            Choice::Nvrtc => {
+                if let Err(err) = nvrtc_available() {
+                    let tried =
+                        if rejected.is_empty() { "none embedded fits".into() } else { rejected.join("; ") };
+                    return Err(unavailable(format!(
+                        "no embedded image of {} runs on compute capability {major}.{minor} ({tried}), \
+                         and NVRTC cannot compile one: {err}",
+                        e.source
+                    )));
+                }
+                aligned(&nvrtc_cubin(e.source, source, major, minor)?)
+            }
+        };
+        // SAFETY: `image` is a cubin (ELF) or NUL-terminated PTX, 8-byte aligned, alive
+        // for the call; the driver copies what it keeps.
+        match unsafe { result::module::load_data(image.as_ptr() as *const c_void) } {
+            Ok(raw) => {
+                span.record("image", tracing::field::display(choice));
+                tracing::debug!(image = %choice, "kernel module loaded");
+                return Ok((raw, choice));
+            }
+            Err(err) if image_rejected(err.0) && choice != Choice::Nvrtc => {
+                tracing::debug!(image = %choice, code = ?err.0, "driver rejected the image");
+                rejected.push(format!("{choice} rejected: {:?}", err.0));
+            }
+            Err(err) => return Err(driver(err, &format!("cuModuleLoadData({choice})"))),
+        }
+    }
+    Err(unavailable(format!("no kernel image of {} could be loaded", e.source)))
+}
+
+/// `source` compiled by NVRTC into a cubin for `sm_<major><minor>`.
+fn nvrtc_cubin(name: &str, source: &str, major: u32, minor: u32) -> Result<Vec<u8>> {
+    let _span = tracing::debug_span!("cuda.nvrtc", source = name).entered();
+    let build = |log: String| Error::Build { backend: BackendKind::Cuda, log };
+    let src = CString::new(source).map_err(|_| Error::invalid("CUDA source holds a NUL byte"))?;
+    let cname = CString::new(name).map_err(|_| Error::invalid("source name holds a NUL byte"))?;
+    let prog = Program(nv::create_program(&src, Some(&cname)).map_err(|e| build(format!("{e:?}")))?);
+    let opts = [format!("--gpu-architecture=sm_{major}{minor}")];
+    // SAFETY: `prog.0` is a live program destroyed only by `prog`'s drop, after these
+    // calls; the option holds no NUL byte; the cubin buffer is the size NVRTC reported.
+    unsafe {
+        if let Err(err) = nv::compile_program(prog.0, &opts) {
+            let log = nv::get_program_log(prog.0).map(text).unwrap_or_default();
+            return Err(build(format!("{log}\n(nvrtcCompileProgram: {err:?}; options {opts:?})")));
+        }
+        let mut size = 0usize;
+        nvsys::nvrtcGetCUBINSize(prog.0, &mut size).result().map_err(|e| build(format!("{e:?}")))?;
+        let mut cubin = vec![0u8; size];
+        nvsys::nvrtcGetCUBIN(prog.0, cubin.as_mut_ptr() as *mut c_char)
+            .result()
+            .map_err(|e| build(format!("{e:?}")))?;
+        Ok(cubin)
+    }
+}
+
+fn text(raw: Vec<c_char>) -> String {
+    let bytes: Vec<u8> = raw.into_iter().take_while(|&c| c != 0).map(|c| c as u8).collect();
+    String::from_utf8_lossy(&bytes).trim_end().to_string()
+}
+
+/// Destroys an NVRTC program once.
+struct Program(nvsys::nvrtcProgram);
+
+impl Drop for Program {
+    fn drop(&mut self) {
+        // SAFETY: created by `create_program`, destroyed only here.
+        let _ = unsafe { nv::destroy_program(self.0) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn first(major: u32, minor: u32) -> Choice {
+        candidates(PLAN, major, minor)[0]
+    }
+
+    #[test]
+    fn each_capability_takes_the_nearest_cubin_then_ptx_then_nvrtc() {
+        assert_eq!(first(7, 0), Choice::Cubin(70));
+        assert_eq!(first(7, 2), Choice::Cubin(70));
+        assert_eq!(first(7, 5), Choice::Cubin(75));
+        assert_eq!(first(8, 0), Choice::Cubin(80));
+        assert_eq!(first(8, 6), Choice::Cubin(86));
+        assert_eq!(first(8, 7), Choice::Cubin(86));
+        assert_eq!(first(8, 9), Choice::Cubin(89));
+        assert_eq!(first(9, 0), Choice::Cubin(90));
+        assert_eq!(candidates(PLAN, 8, 6), [Choice::Cubin(86), Choice::Ptx(70), Choice::Nvrtc]);
+        // No cubin of the major: the PTX, JIT-compiled by the driver.
+        for (major, minor) in [(10, 0), (10, 3), (12, 0), (9, 9)] {
+            let c = candidates(PLAN, major, minor);
+            let want = if major == 9 { Choice::Cubin(90) } else { Choice::Ptx(70) };
+            assert_eq!(c[0], want, "{major}.{minor}");
+        }
+        assert_eq!(candidates(PLAN, 12, 0), [Choice::Ptx(70), Choice::Nvrtc]);
+        // Pre-Volta: compute_70 PTX cannot run there, only NVRTC can.
+        for (major, minor) in [(6, 1), (6, 0), (5, 2), (3, 5), (0, 0)] {
+            assert_eq!(candidates(PLAN, major, minor), [Choice::Nvrtc], "{major}.{minor}");
+        }
+        assert_eq!(first(u32::MAX, u32::MAX), Choice::Ptx(70));
+    }
+
+    #[test]
+    fn only_image_rejections_fall_through() {
+        assert!(image_rejected(CUresult::CUDA_ERROR_UNSUPPORTED_PTX_VERSION));
+        assert!(image_rejected(CUresult::CUDA_ERROR_NO_BINARY_FOR_GPU));
+        assert!(image_rejected(CUresult::CUDA_ERROR_INVALID_PTX));
+        assert!(!image_rejected(CUresult::CUDA_ERROR_OUT_OF_MEMORY));
+        assert!(!image_rejected(CUresult::CUDA_ERROR_INVALID_CONTEXT));
+        assert!(!image_rejected(CUresult::CUDA_SUCCESS));
+    }
+
+    /// Reads a little-endian integer of `N` bytes at `at`.
+    fn le<const N: usize>(data: &[u8], at: usize) -> u64 {
+        let mut b = [0u8; 8];
+        b[..N].copy_from_slice(&data[at..at + N]);
+        u64::from_le_bytes(b)
+    }
+
+    #[test]
+    fn every_cubin_is_a_cuda_elf_for_its_architecture_naming_the_kernels() {
+        let archs: Vec<u32> = PLAN.cubins.iter().map(|c| c.0).collect();
+        assert_eq!(archs, [70, 75, 80, 86, 89, 90]);
+        for &(arch, cubin) in PLAN.cubins {
+            assert_eq!(&cubin[..4], b"\x7fELF", "sm_{arch}");
+            assert_eq!(cubin[4], 2, "sm_{arch}: 64-bit ELF");
+            assert_eq!(le::<2>(cubin, 18), 190, "sm_{arch}: e_machine EM_CUDA");
+            // The low byte of a cubin's e_flags is its SM version.
+            assert_eq!(le::<4>(cubin, 48) & 0xff, u64::from(arch), "sm_{arch}: e_flags");
+            for w in [1, 2, 4, 8] {
+                for kernel in [format!("gather_{w}"), format!("scatter_{w}")] {
+                    let sym = format!(".text.{kernel}\0");
+                    let found = cubin.windows(sym.len()).any(|s| s == sym.as_bytes());
+                    assert!(found, "sm_{arch} lacks {kernel}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_ptx_is_isa_8_0_for_sm_70_with_every_kernel() {
+        assert_eq!(PLAN.ptx.0, 70);
+        assert!(!PLAN.ptx.1.contains(&0), "the PTX file holds no NUL byte");
+        let ptx = std::str::from_utf8(PLAN.ptx.1).expect("PTX is text");
+        assert!(ptx.lines().any(|l| l == ".version 8.0"), "PTX ISA 8.0 (drivers from R525)");
+        assert!(ptx.lines().any(|l| l == ".target sm_70"));
+        for w in [1, 2, 4, 8] {
+            assert!(ptx.contains(&format!(".entry gather_{w}(")), "gather_{w}");
+            assert!(ptx.contains(&format!(".entry scatter_{w}(")), "scatter_{w}");
+        }
+    }
+
+    #[test]
+    fn every_source_is_embedded_and_aligned_images_end_in_nul() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../kernels/cuda");
+        let mut sources: Vec<String> = std::fs::read_dir(dir)
+            .expect("kernels/cuda")
+            .filter_map(|f| f.ok()?.file_name().into_string().ok())
+            .filter(|n| n.ends_with(".cu"))
+            .collect();
+        sources.sort();
+        let names: Vec<&str> = embedded().iter().map(|e| e.source).collect();
+        assert_eq!(names, sources, "run `cargo xtask cuda-kernels`");
+        assert!(names.contains(&PLAN.source));
+        for data in [&b""[..], b"1234567", b"12345678", b"123456789"] {
+            let words = aligned(data);
+            let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_ne_bytes()).collect();
+            assert_eq!(&bytes[..data.len()], data);
+            assert!(bytes.len() > data.len() && bytes[data.len()..].iter().all(|&b| b == 0));
+        }
+    }
+}
