@@ -41,7 +41,7 @@ unsafe impl Sync for Ptr {}
 
 impl Ptr {
     /// The pointer (a method, so closures capture the whole `Send` wrapper).
-    fn get(self) -> *mut u8 {
+    pub(crate) fn get(self) -> *mut u8 {
         self.0
     }
 }

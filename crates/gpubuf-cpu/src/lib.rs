@@ -28,6 +28,7 @@
 
 mod array;
 mod backend;
+pub mod baseline;
 mod huge;
 pub mod interop;
 mod kernels;
