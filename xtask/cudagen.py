@@ -3,19 +3,25 @@
 
     cudagen.py generate OUT_DIR   compile every kernels/cuda/*.cu with the NVRTC library
                                   named by $GPUBUF_NVRTC_LIB: a cubin per architecture in
-                                  ARCHS and PTX for PTX_ARCH, plus embedded.rs and MANIFEST
+                                  ARCHS and PTX for PTX_ARCH, each zlib-compressed
+                                  (`.zlib`), plus embedded.rs and MANIFEST
     cudagen.py check DIR          compare DIR/MANIFEST with the sources and the files in
                                   DIR (sha256); exit 1 and say what differs when stale
+    cudagen.py same DIR_A DIR_B   exit 1 unless both hold the same files with the same
+                                  content (compressed images compared decompressed)
 
 Run through `cargo xtask cuda-kernels`, which installs the pinned NVRTC (NVRTC_VERSION)
-into its own virtual environment. The output depends only on the sources, the NVRTC
-version and the options below, byte for byte.
+into a folder of its own. The output depends only on the sources, the NVRTC
+version and the options below, byte for byte; the images are stored compressed (about a
+tenth of their size), so the comparison of a fresh build decompresses them (another zlib
+may compress the same bytes differently).
 """
 
 import ctypes
 import hashlib
 import os
 import sys
+import zlib
 
 # Real architectures with a cubin each (SASS): Volta, Turing, Ampere (A100, GA10x),
 # Ada, Hopper. A device of the same major and a higher minor runs the nearest lower one.
@@ -91,9 +97,9 @@ def rust_file(stems):
         lines.append(f'    source: "{stem}.cu",')
         lines.append("    cubins: &[")
         for a in ARCHS:
-            lines.append(f'        ({a}, include_bytes!("{stem}.sm_{a}.cubin")),')
+            lines.append(f'        ({a}, include_bytes!("{stem}.sm_{a}.cubin.zlib")),')
         lines.append("    ],")
-        lines.append(f'    ptx: ({PTX_ARCH}, include_bytes!("{stem}.compute_{PTX_ARCH}.ptx")),')
+        lines.append(f'    ptx: ({PTX_ARCH}, include_bytes!("{stem}.compute_{PTX_ARCH}.ptx.zlib")),')
         lines.append("};")
         lines.append("")
     names = ", ".join(f"&{s.upper()}" for s in stems)
@@ -111,7 +117,7 @@ def generate(out_dir):
         raise SystemExit(f"cudagen: NVRTC {nvrtc.version} found, the kernels are pinned to {NVRTC_VERSION}")
     os.makedirs(out_dir, exist_ok=True)
     for old in os.listdir(out_dir):
-        if old.endswith((".cubin", ".ptx")):
+        if old.endswith(".zlib"):
             os.remove(os.path.join(out_dir, old))
     stems = [n[: -len(".cu")] for n in sources()]
     outputs = []
@@ -124,6 +130,8 @@ def generate(out_dir):
         if f"\n.version {PTX_ISA}\n".encode() not in ptx:
             raise SystemExit(f"cudagen: {stem}.cu: the PTX is not ISA {PTX_ISA}")
         outputs.append((f"{stem}.compute_{PTX_ARCH}.ptx", ptx))
+    images = outputs
+    outputs = [(name + ".zlib", zlib.compress(data, 9)) for name, data in images]
     outputs.append(("embedded.rs", rust_file(stems).encode()))
     for name, data in outputs:
         with open(os.path.join(out_dir, name), "wb") as f:
@@ -137,12 +145,15 @@ def generate(out_dir):
     ]
     for stem in stems:
         manifest.append(f"source kernels/cuda/{stem}.cu {sha256(os.path.join(SOURCES, stem + '.cu'))}")
+    for name, data in images:
+        manifest.append(f"image {name} {hashlib.sha256(data).hexdigest()} {len(data)}")
     for name, data in outputs:
         manifest.append(f"output {name} {hashlib.sha256(data).hexdigest()}")
     with open(os.path.join(out_dir, "MANIFEST"), "w") as f:
         f.write("\n".join(manifest) + "\n")
     total = sum(len(d) for _, d in outputs)
-    print(f"cudagen: {len(stems)} source(s), {len(outputs)} files, {total} bytes in {out_dir}")
+    raw = sum(len(d) for _, d in images)
+    print(f"cudagen: {len(stems)} source(s), {len(outputs)} files, {total} bytes ({raw} uncompressed) in {out_dir}")
 
 
 def check(dir_):
@@ -169,7 +180,7 @@ def check(dir_):
             problems.append(f"{name} is gone but still embedded")
         elif have[name] != want_sources[name]:
             problems.append(f"{name} changed since the kernels were generated")
-    present = sorted(n for n in os.listdir(dir_) if n.endswith((".cubin", ".ptx", ".rs")))
+    present = sorted(n for n in os.listdir(dir_) if n.endswith((".zlib", ".rs")))
     for name in sorted(set(present) | set(want_outputs)):
         if name not in want_outputs:
             problems.append(f"{name} is not in the manifest")
@@ -178,6 +189,28 @@ def check(dir_):
         elif sha256(os.path.join(dir_, name)) != want_outputs[name]:
             problems.append(f"{name} differs from the generated file")
     return problems
+
+
+def contents(dir_):
+    """Each file of dir_ by name, `.zlib` files decompressed and MANIFEST without the hashes
+    of the compressed files."""
+    out = {}
+    for name in sorted(os.listdir(dir_)):
+        with open(os.path.join(dir_, name), "rb") as f:
+            data = f.read()
+        if name.endswith(".zlib"):
+            data = zlib.decompress(data)
+        elif name == "MANIFEST":
+            keep = [l for l in data.split(b"\n") if not (l.startswith(b"output ") and b".zlib " in l)]
+            data = b"\n".join(keep)
+        out[name] = data
+    return out
+
+
+def same(a, b):
+    """Names of the files that differ between a and b (see contents)."""
+    ca, cb = contents(a), contents(b)
+    return sorted(n for n in set(ca) | set(cb) if ca.get(n) != cb.get(n))
 
 
 def main():
@@ -191,6 +224,11 @@ def main():
             print("cudagen: run `cargo xtask cuda-kernels` and commit crates/gpubuf-cuda/kernels/")
             sys.exit(1)
         print("cudagen: embedded kernels match kernels/cuda/*.cu")
+    elif len(sys.argv) == 4 and sys.argv[1] == "same":
+        differ = same(sys.argv[2], sys.argv[3])
+        for name in differ:
+            print(f"cudagen: differs: {name}")
+        sys.exit(1 if differ else 0)
     else:
         raise SystemExit(__doc__)
 

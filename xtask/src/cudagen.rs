@@ -2,7 +2,7 @@
 //! pinned NVRTC into `crates/gpubuf-cuda/kernels/` (the work is `xtask/cudagen.py`), and
 //! the check `test-all` runs that they match `kernels/cuda/*.cu`.
 
-use crate::sh::{capture, run_ok};
+use crate::sh::run_ok;
 use crate::summary::Tally;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -17,41 +17,30 @@ fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().map(Path::to_path_buf).unwrap_or_default()
 }
 
-/// The virtual environment holding the pinned NVRTC, under the target folder.
-fn venv() -> PathBuf {
+/// The folder the pinned NVRTC is installed into (`pip install --target`), under the
+/// target folder.
+fn nvrtc_home() -> PathBuf {
     let target =
         std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| root().join("target"));
     target.join("cuda-kernels-nvrtc-12.0")
 }
 
-/// The pinned libnvrtc.so.12, installed into [`venv`] first when `install` is set.
+/// The pinned libnvrtc.so.12, installed into [`nvrtc_home`] first when `install` is set.
 fn pinned_nvrtc(install: bool) -> Result<PathBuf, String> {
-    let env = venv();
-    let python = env.join("bin/python");
-    let find = || {
-        let out = capture(Command::new(&python).args([
-            "-c",
-            "import nvidia.cuda_nvrtc, os; print(os.path.join(list(nvidia.cuda_nvrtc.__path__)[0], 'lib'))",
-        ]))?;
-        let lib = PathBuf::from(out.trim()).join("libnvrtc.so.12");
-        lib.exists().then_some(lib)
-    };
-    if let Some(lib) = find() {
+    let home = nvrtc_home();
+    let lib = home.join("nvidia/cuda_nvrtc/lib/libnvrtc.so.12");
+    if lib.exists() {
         return Ok(lib);
     }
     if !install {
-        return Err(format!("{NVRTC_PIN} is not installed in {}", env.display()));
+        return Err(format!("{NVRTC_PIN} is not installed in {}", home.display()));
     }
-    let made = python.exists()
-        || run_ok(Command::new("python3").args(["-m", "venv"]).arg(&env))
-        || run_ok(Command::new("python3").args(["-m", "venv", "--without-pip"]).arg(&env));
-    if !made {
-        return Err(format!("could not create a virtual environment in {}", env.display()));
+    let mut pip = Command::new("python3");
+    pip.args(["-m", "pip", "install", "--quiet", "--no-deps", "--target"]).arg(&home).arg(NVRTC_PIN);
+    if !run_ok(&mut pip) || !lib.exists() {
+        return Err(format!("could not install {NVRTC_PIN} into {}", home.display()));
     }
-    if !run_ok(Command::new(&python).args(["-m", "pip", "install", "--quiet", NVRTC_PIN])) {
-        return Err(format!("could not install {NVRTC_PIN} into {}", env.display()));
-    }
-    find().ok_or_else(|| format!("{NVRTC_PIN} installed but libnvrtc.so.12 not found"))
+    Ok(lib)
 }
 
 fn cudagen(nvrtc: Option<&Path>) -> Command {
@@ -75,25 +64,6 @@ pub fn generate() -> bool {
     run_ok(cudagen(Some(&lib)).args(["generate", OUT_DIR]))
 }
 
-/// Files of `a` and `b` that differ in content or exist in one only.
-fn differing(a: &Path, b: &Path) -> Vec<String> {
-    let names = |d: &Path| -> Vec<String> {
-        let mut v: Vec<String> = std::fs::read_dir(d)
-            .map(|it| it.filter_map(|f| f.ok()?.file_name().into_string().ok()).collect())
-            .unwrap_or_default();
-        v.sort();
-        v
-    };
-    let (na, nb) = (names(a), names(b));
-    let mut all: Vec<&String> = na.iter().chain(nb.iter()).collect();
-    all.sort();
-    all.dedup();
-    all.into_iter()
-        .filter(|n| std::fs::read(a.join(n)).ok() != std::fs::read(b.join(n)).ok())
-        .cloned()
-        .collect()
-}
-
 /// The staleness step of `test-all`: the manifest's hashes against the sources and the
 /// embedded files, then (where the pinned NVRTC can be installed) a fresh build compared
 /// byte for byte. One summary line; a stale kernel fails the run.
@@ -104,31 +74,30 @@ pub fn check(tally: &mut Tally) {
     let rebuilt = match pinned_nvrtc(true) {
         Err(e) => Err(e),
         Ok(lib) if run_ok(cudagen(Some(&lib)).arg("generate").arg(&fresh)) => {
-            Ok(differing(&root().join(OUT_DIR), &fresh))
+            Ok(run_ok(cudagen(None).args(["same", OUT_DIR]).arg(&fresh)))
         }
         Ok(_) => Err("the pinned NVRTC did not compile kernels/cuda/*.cu".to_string()),
     };
     let _ = std::fs::remove_dir_all(&fresh);
     let run = "run `cargo xtask cuda-kernels` and commit crates/gpubuf-cuda/kernels/";
     match (hashes_ok, rebuilt) {
-        (true, Ok(diff)) if diff.is_empty() => {
-            tally.step("cuda kernels embedded: current (manifest hashes; rebuilt byte for byte)", true)
+        (true, Ok(true)) => {
+            tally.step("cuda kernels embedded: current (manifest hashes; rebuilt and compared)", true)
         }
         (true, Err(why)) => {
             tally.step("cuda kernels embedded: current (manifest hashes)", true);
             tally.note(format!("cuda kernels embedded: not rebuilt to compare ({why})"));
         }
-        (true, Ok(diff)) => tally.fail(format!(
-            "cuda kernels embedded: FAILED (a fresh build differs in {}: {run})",
-            diff.join(", ")
-        )),
+        (true, Ok(false)) => {
+            tally.fail(format!("cuda kernels embedded: FAILED (a fresh build differs: {run})"))
+        }
         (false, _) => tally.fail(format!("cuda kernels embedded: FAILED (stale: {run})")),
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{differing, root, OUT_DIR};
+    use super::{root, OUT_DIR};
     use std::path::Path;
     use std::process::Command;
 
@@ -179,13 +148,25 @@ mod tests {
         assert!(!ok && out.contains("extra.cu is new"), "{out}");
         assert!(std::fs::remove_file(dir.join("kernels/cuda/extra.cu")).is_ok());
 
-        let cubin = dir.join(OUT_DIR).join("plan.sm_80.cubin");
-        let mut bytes = std::fs::read(&cubin).unwrap_or_default();
-        bytes[100] ^= 1;
-        assert!(std::fs::write(&cubin, &bytes).is_ok());
+        // A fresh build in another zlib's bytes is the same build; another image is not.
+        let python = |args: &[&std::ffi::OsStr]| {
+            Command::new("python3").args(args).output().map(|o| o.status.success()).unwrap_or(false)
+        };
+        let script = root().join("xtask/cudagen.py");
+        let (ours, theirs) = (root().join(OUT_DIR), dir.join(OUT_DIR));
+        let same = || python(&[script.as_os_str(), "same".as_ref(), ours.as_os_str(), theirs.as_os_str()]);
+        assert!(same());
+        let cubin = theirs.join("plan.sm_80.cubin.zlib");
+        let recompress = "import sys, zlib; p = sys.argv[1]; d = zlib.decompress(open(p, 'rb').read()); \
+                          open(p, 'wb').write(zlib.compress(d, 1))";
+        let before = std::fs::read(&cubin).unwrap_or_default();
+        assert!(python(&["-c".as_ref(), recompress.as_ref(), cubin.as_os_str()]));
+        assert_ne!(std::fs::read(&cubin).unwrap_or_default(), before);
+        assert!(same());
         let (ok, out) = check(&dir);
-        assert!(!ok && out.contains("plan.sm_80.cubin differs"), "{out}");
-        assert_eq!(differing(&root().join(OUT_DIR), &dir.join(OUT_DIR)), ["plan.sm_80.cubin"]);
+        assert!(!ok && out.contains("plan.sm_80.cubin.zlib differs"), "{out}");
+        assert!(std::fs::copy(ours.join("plan.sm_86.cubin.zlib"), &cubin).is_ok());
+        assert!(!same());
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

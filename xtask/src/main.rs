@@ -9,9 +9,10 @@
 //!   Under `CI=true` a skipped CPU or OpenCL backend fails the run.
 //! * `install-deps`: only the installing.
 //! * `gpu-bundle`: builds the test and bench binaries with CUDA into `gpu-bundle/`.
-//! * `cuda-kernels`: compiles `kernels/cuda/*.cu` with a pinned NVRTC (12.0, installed into
-//!   a virtual environment under the target folder) into the cubins and PTX the CUDA
+//! * `cuda-kernels`: compiles `kernels/cuda/*.cu` with a pinned NVRTC (12.0, installed by
+//!   pip into a folder under the target folder) into the cubins and PTX the CUDA
 //!   backend embeds, `crates/gpubuf-cuda/kernels/`; `test-all` fails when they are stale.
+//!   `cuda-kernels --check` runs only that check.
 
 mod artifacts;
 mod bundle;
@@ -37,9 +38,17 @@ fn main() -> ExitCode {
             problems.is_empty()
         }
         "gpu-bundle" => bundle::build(),
+        "cuda-kernels" if std::env::args().nth(2).as_deref() == Some("--check") => {
+            let mut tally = summary::Tally::default();
+            cudagen::check(&mut tally);
+            for l in &tally.lines {
+                println!("{l}");
+            }
+            tally.failed == 0
+        }
         "cuda-kernels" => cudagen::generate(),
         _ => {
-            eprintln!("usage: cargo xtask <test-all | install-deps | gpu-bundle | cuda-kernels>");
+            eprintln!("usage: cargo xtask <test-all | install-deps | gpu-bundle | cuda-kernels [--check]>");
             false
         }
     };

@@ -4,14 +4,14 @@
 pub(crate) const PLAN: Embedded = Embedded {
     source: "plan.cu",
     cubins: &[
-        (70, include_bytes!("plan.sm_70.cubin")),
-        (75, include_bytes!("plan.sm_75.cubin")),
-        (80, include_bytes!("plan.sm_80.cubin")),
-        (86, include_bytes!("plan.sm_86.cubin")),
-        (89, include_bytes!("plan.sm_89.cubin")),
-        (90, include_bytes!("plan.sm_90.cubin")),
+        (70, include_bytes!("plan.sm_70.cubin.zlib")),
+        (75, include_bytes!("plan.sm_75.cubin.zlib")),
+        (80, include_bytes!("plan.sm_80.cubin.zlib")),
+        (86, include_bytes!("plan.sm_86.cubin.zlib")),
+        (89, include_bytes!("plan.sm_89.cubin.zlib")),
+        (90, include_bytes!("plan.sm_90.cubin.zlib")),
     ],
-    ptx: (70, include_bytes!("plan.compute_70.ptx")),
+    ptx: (70, include_bytes!("plan.compute_70.ptx.zlib")),
 };
 
 /// Every source in `kernels/cuda`, by file name.

@@ -1,9 +1,10 @@
 //! The backend's own kernels compiled ahead of time and embedded in the binary.
 //!
 //! `cargo xtask cuda-kernels` compiles every `kernels/cuda/*.cu` with a pinned NVRTC
-//! (12.0) into `crates/gpubuf-cuda/kernels/`: a cubin (SASS) for each architecture of
-//! [`PLAN`]`.cubins` (sm_70, 75, 80, 86, 89, 90) and PTX for compute_70 at PTX ISA 8.0, which
-//! drivers from R525 on JIT-compile for any newer GPU. A context loads one of them with
+//! (12.0) into `crates/gpubuf-cuda/kernels/`: a cubin (SASS) for each of sm_70, sm_75,
+//! sm_80, sm_86, sm_89 and sm_90, and PTX for compute_70 at PTX ISA 8.0, which drivers from
+//! R525 on JIT-compile for any newer GPU. They are stored zlib-compressed (about 100 KiB
+//! for all of them, 1 MiB inflated). A context inflates and loads one of them with
 //! `cuModuleLoadData`, in the order of [`candidates`]:
 //!
 //! 1. the cubin of the device's major version with the highest minor version not above the
@@ -29,10 +30,11 @@ use std::ffi::{c_char, c_void, CString};
 pub struct Embedded {
     /// The source's file name under `kernels/cuda`.
     pub source: &'static str,
-    /// `(architecture, cubin)`, the architecture as `10 * major + minor` (`86` for
-    /// sm_86), in increasing order.
+    /// `(architecture, zlib-compressed cubin)`, the architecture as `10 * major + minor`
+    /// (`86` for sm_86), in increasing order.
     pub cubins: &'static [(u32, &'static [u8])],
-    /// `(virtual architecture, PTX text)`: PTX for `compute_70` at ISA 8.0, no NUL byte.
+    /// `(virtual architecture, zlib-compressed PTX text)`: PTX for `compute_70` at ISA 8.0,
+    /// no NUL byte.
     pub ptx: (u32, &'static [u8]),
 }
 
@@ -106,6 +108,18 @@ pub fn image_rejected(code: CUresult) -> bool {
     )
 }
 
+/// The largest image [`inflate`] accepts: far above any kernel image.
+const MAX_IMAGE: usize = 64 << 20;
+
+/// An embedded image, inflated.
+///
+/// # Errors
+/// [`Error::BackendUnavailable`] when the image does not inflate (a corrupt build).
+pub fn inflate(compressed: &[u8]) -> Result<Vec<u8>> {
+    miniz_oxide::inflate::decompress_to_vec_zlib_with_limit(compressed, MAX_IMAGE)
+        .map_err(|e| unavailable(format!("an embedded kernel image does not inflate: {:?}", e.status)))
+}
+
 /// The bytes of `data` in 8-byte aligned words followed by at least one zero byte: the
 /// driver reads an ELF image through aligned loads, and PTX as a NUL-terminated string.
 fn aligned(data: &[u8]) -> Vec<u64> {
@@ -138,10 +152,10 @@ pub(crate) fn load(e: &Embedded, source: &str, major: u32, minor: u32) -> Result
     for choice in candidates(e, major, minor) {
         let image = match choice {
             Choice::Cubin(a) => match e.cubins.iter().find(|c| c.0 == a) {
-                Some(c) => aligned(c.1),
+                Some(c) => aligned(&inflate(c.1)?),
                 None => continue,
             },
-            Choice::Ptx(_) => aligned(e.ptx.1),
+            Choice::Ptx(_) => aligned(&inflate(e.ptx.1)?),
             Choice::Nvrtc => {
                 if let Err(err) = nvrtc_available() {
                     let tried =
@@ -267,7 +281,8 @@ mod tests {
     fn every_cubin_is_a_cuda_elf_for_its_architecture_naming_the_kernels() {
         let archs: Vec<u32> = PLAN.cubins.iter().map(|c| c.0).collect();
         assert_eq!(archs, [70, 75, 80, 86, 89, 90]);
-        for &(arch, cubin) in PLAN.cubins {
+        for &(arch, compressed) in PLAN.cubins {
+            let cubin = &inflate(compressed).expect("inflates")[..];
             assert_eq!(&cubin[..4], b"\x7fELF", "sm_{arch}");
             assert_eq!(cubin[4], 2, "sm_{arch}: 64-bit ELF");
             assert_eq!(le::<2>(cubin, 18), 190, "sm_{arch}: e_machine EM_CUDA");
@@ -286,14 +301,23 @@ mod tests {
     #[test]
     fn the_ptx_is_isa_8_0_for_sm_70_with_every_kernel() {
         assert_eq!(PLAN.ptx.0, 70);
-        assert!(!PLAN.ptx.1.contains(&0), "the PTX file holds no NUL byte");
-        let ptx = std::str::from_utf8(PLAN.ptx.1).expect("PTX is text");
+        let ptx = inflate(PLAN.ptx.1).expect("inflates");
+        assert!(!ptx.contains(&0), "the PTX file holds no NUL byte");
+        let ptx = std::str::from_utf8(&ptx).expect("PTX is text");
         assert!(ptx.lines().any(|l| l == ".version 8.0"), "PTX ISA 8.0 (drivers from R525)");
         assert!(ptx.lines().any(|l| l == ".target sm_70"));
         for w in [1, 2, 4, 8] {
             assert!(ptx.contains(&format!(".entry gather_{w}(")), "gather_{w}");
             assert!(ptx.contains(&format!(".entry scatter_{w}(")), "scatter_{w}");
         }
+    }
+
+    #[test]
+    fn a_corrupt_image_is_an_error() {
+        let mut bad = PLAN.cubins[0].1.to_vec();
+        bad.truncate(bad.len() / 2);
+        assert!(matches!(inflate(&bad), Err(Error::BackendUnavailable { .. })));
+        assert!(matches!(inflate(b"not zlib"), Err(Error::BackendUnavailable { .. })));
     }
 
     #[test]
