@@ -312,6 +312,24 @@ mod tests {
         }
     }
 
+    /// The run-time fallback, compiled by whatever NVRTC is installed (no GPU needed).
+    #[test]
+    fn nvrtc_compiles_a_cubin_for_a_pre_volta_device() {
+        let required = std::env::var("GPUBUF_REQUIRE").map(|v| v.contains("nvrtc")).unwrap_or(false);
+        if let Err(e) = nvrtc_available() {
+            assert!(!required, "NVRTC required (GPUBUF_REQUIRE has nvrtc) but unavailable: {e}");
+            eprintln!("nvrtc skipped: {e}");
+            return;
+        }
+        let source = include_str!("../../../kernels/cuda/plan.cu");
+        let cubin = nvrtc_cubin("plan.cu", source, 6, 1).expect("plan.cu compiles for sm_61");
+        assert_eq!(&cubin[..4], b"\x7fELF");
+        assert_eq!(le::<4>(&cubin, 48) & 0xff, 61, "e_flags: sm_61");
+        assert!(cubin.windows(16).any(|w| w == b".text.scatter_8\0"));
+        let bad = nvrtc_cubin("bad.cu", "this is not CUDA", 6, 1);
+        assert!(matches!(bad, Err(Error::Build { .. })), "{bad:?}");
+    }
+
     #[test]
     fn a_corrupt_image_is_an_error() {
         let mut bad = PLAN.cubins[0].1.to_vec();
