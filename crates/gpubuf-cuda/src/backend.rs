@@ -55,10 +55,11 @@ impl CudaBackend {
         Self::with_ordinal(selected_ordinal(n.max(0) as usize)?)
     }
 
-    /// Opens device `ordinal`.
+    /// Opens device `ordinal` (retains its primary context). The device's description,
+    /// total memory included, is read once here.
     ///
     /// # Errors
-    /// As [`CudaBackend::new`].
+    /// As [`CudaBackend::new`]; [`Error::InvalidArgument`] for an ordinal past the devices.
     pub fn with_ordinal(ordinal: usize) -> Result<Self> {
         driver_available()?;
         let n = CudaContext::device_count().map_err(|e| driver(e, "cuDeviceGetCount"))?;
