@@ -3,7 +3,7 @@
 use crate::error::driver;
 use crate::order::{Ready, StreamSet};
 use crate::CudaBackend;
-use cudarc::driver::sys::{CUdeviceptr, CUevent, CUevent_flags, CUstream};
+use cudarc::driver::sys::{CUdeviceptr, CUevent, CUstream};
 use cudarc::driver::{result, CudaContext};
 use gpubuf_core::{DeviceMemory, Error, Result};
 use std::any::Any;
@@ -63,12 +63,6 @@ impl CudaMemory {
     ) -> Self {
         let owner = if len == 0 && matches!(owner, Owner::Gpubuf { .. }) { Owner::Nothing } else { owner };
         CudaMemory { ptr, len, owner, ordinal: ctx.ordinal(), ctx, ready, streams }
-    }
-
-    /// Whether gpubuf allocated this memory stream-ordered (its use on another stream must
-    /// wait for the allocation).
-    pub(crate) fn stream_ordered(&self) -> bool {
-        matches!(self.owner, Owner::Gpubuf { home: Some(_) })
     }
 
     /// Whether the memory was adopted (gpubuf did not allocate it).
@@ -137,23 +131,6 @@ impl CudaMemory {
         match &self.ready {
             Some(r) => r.join(stream.id, stream.raw).map_err(|e| driver(e, "cuStreamWaitEvent")),
             None => Ok(()),
-        }
-    }
-}
-
-/// An event recorded on the legacy default stream of the current context: it completes
-/// after all work queued before it on every blocking stream (gpubuf's streams) and on the
-/// legacy stream itself. Recording it makes later work on every blocking stream wait for
-/// it, so gpubuf's own paths do not use it.
-pub(crate) fn legacy_event() -> Result<CUevent, cudarc::driver::DriverError> {
-    let ev = result::event::create(CUevent_flags::CU_EVENT_DISABLE_TIMING)?;
-    // SAFETY: a live event of the current context and the legacy default stream.
-    match unsafe { result::event::record(ev, result::stream::null()) } {
-        Ok(()) => Ok(ev),
-        Err(e) => {
-            // SAFETY: created above, destroyed once.
-            let _ = unsafe { result::event::destroy(ev) };
-            Err(e)
         }
     }
 }

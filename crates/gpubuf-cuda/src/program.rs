@@ -35,13 +35,10 @@
 
 use crate::error::{driver, maybe_oom};
 use crate::geometry::{geometry, Limits};
-use crate::memory::legacy_event;
 use crate::nvrtc::compile_user_ptx;
 use crate::ptx::Signature;
 use crate::{CudaBackend, CudaEvent, CudaMemory, CudaStream};
-use cudarc::driver::sys::{
-    CUdevice_attribute, CUevent_flags, CUevent_wait_flags, CUfunction_attribute, CUstream_flags,
-};
+use cudarc::driver::sys::{CUdevice_attribute, CUevent_flags, CUfunction_attribute};
 use cudarc::driver::{result, CudaFunction, CudaModule};
 use cudarc::nvrtc::Ptx;
 use gpubuf_core::kernel::{KernelArg, Launch};
@@ -329,8 +326,12 @@ impl UserKernel {
         let shared = u32::try_from(shared).map_err(|_| Error::invalid("shared memory size exceeds u32"))?;
         let _span = tracing::trace_span!("cuda.user_launch", kernel = %self.name()).entered();
         inner.ctx.bind_to_thread().map_err(|e| driver(e, "cuCtxSetCurrent"))?;
-        if args.iter().any(|a| matches!(a, KernelArg::Memory(m) if m.stream_ordered())) {
-            join_allocations(stream)?;
+        // Memory allocated stream-ordered on another stream is used here only after its
+        // allocation: the launch stream waits for it (a no-op once it is known done).
+        for a in args {
+            if let KernelArg::Memory(m) = a {
+                m.join_allocation(stream)?;
+            }
         }
         // SAFETY: check_args matched every value to its PTX parameter: one pointer per
         // parameter, each to a value of the parameter's size (8 bytes for .u64/.s64/.b64
@@ -356,31 +357,4 @@ impl UserKernel {
         unsafe { result::event::record(ev.raw, stream.raw) }.map_err(|e| driver(e, "cuEventRecord"))?;
         Ok(ev)
     }
-}
-
-/// Makes `stream` wait for the legacy default stream when it is non-blocking (a cudarc
-/// stream from `CudaContext::new_stream`): memory allocated stream-ordered there may be
-/// used on it only after the allocation (before it, the pool may still hand the range to
-/// work freed there). gpubuf's own streams are blocking and wait by themselves.
-fn join_allocations(stream: &CudaStream) -> Result<()> {
-    if stream.owner.cudarc.is_none() {
-        return Ok(()); // gpubuf's own streams are created blocking
-    }
-    let mut flags = 0u32;
-    // SAFETY: a live stream of the current context; `flags` is a live out-parameter.
-    unsafe { cudarc::driver::sys::cuStreamGetFlags(stream.raw, &mut flags) }
-        .result()
-        .map_err(|e| driver(e, "cuStreamGetFlags"))?;
-    if flags & CUstream_flags::CU_STREAM_NON_BLOCKING as u32 == 0 {
-        return Ok(());
-    }
-    let ev = legacy_event().map_err(|e| driver(e, "cuEventRecord"))?;
-    // SAFETY: a live stream and event of the current context; the event is destroyed once,
-    // after the wait was queued (the driver keeps what the wait needs).
-    unsafe {
-        let r = result::stream::wait_event(stream.raw, ev, CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT);
-        let _ = result::event::destroy(ev);
-        r
-    }
-    .map_err(|e| driver(e, "cuStreamWaitEvent"))
 }
