@@ -1,0 +1,217 @@
+"""Type stubs of the ``gpubuf`` extension module (see docs/python.md)."""
+
+from types import TracebackType
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Type, Union
+
+import numpy as np
+import numpy.typing as npt
+
+__version__: str
+
+_Shape = Union[int, Sequence[int]]
+_DType = Union[str, np.dtype, Type[Any], None]
+
+class GpubufError(Exception):
+    """Base class of every error gpubuf raises."""
+
+class OutOfMemoryError(GpubufError, MemoryError):
+    """The device or the pool's limit could not provide the bytes; retrying after freeing memory may succeed."""
+
+    requested: int
+    available: Optional[int]
+    pool: Optional[Dict[str, Optional[int]]]
+
+class ShapeMismatchError(GpubufError, ValueError):
+    """An array's shape is not the one the operation needs."""
+
+    expected: List[int]
+    got: List[int]
+
+class LengthMismatchError(GpubufError, ValueError):
+    """A length (of bytes or a list) is not the one the operation needs."""
+
+    expected: int
+    got: int
+
+class DTypeMismatchError(GpubufError, TypeError):
+    """An element type is not the one the operation needs, or gpubuf has none for numpy's dtype."""
+
+    expected: Optional[str]
+    got: str
+
+class CapacityError(GpubufError, ValueError):
+    """A fixed-capacity container cannot take more elements."""
+
+class OutOfBoundsError(GpubufError, IndexError):
+    """An index or byte range lies outside the object it addresses."""
+
+class InvalidPlanError(GpubufError, ValueError):
+    """A copy plan is malformed."""
+
+class InvalidArgumentError(GpubufError, ValueError):
+    """An argument is invalid for a reason no more specific class covers."""
+
+class BackendUnavailableError(GpubufError, RuntimeError):
+    """The backend is not compiled in or cannot run on this machine."""
+
+    backend: str
+    reason: str
+
+class DeviceMismatchError(GpubufError, ValueError):
+    """Two objects that must live on the same device do not."""
+
+class BuildError(GpubufError, RuntimeError):
+    """A kernel failed to compile."""
+
+    backend: str
+    log: str
+
+class DriverError(GpubufError, RuntimeError):
+    """The driver or runtime returned an error code."""
+
+    backend: str
+    code: int
+
+class Backend:
+    """A device of one backend, chosen by name at run time: "cpu", "opencl" or "cuda"."""
+
+    def __init__(self, name: str = "cpu") -> None: ...
+    @property
+    def name(self) -> str:
+        """The backend's name: "cpu", "opencl" or "cuda"."""
+    @property
+    def info(self) -> Dict[str, Union[str, int]]:
+        """The device's backend, name, vendor, version, total_memory and compute_units."""
+    def synchronize(self) -> None:
+        """Waits until all work queued on the device is done."""
+    def same_device(self, other: Backend) -> bool:
+        """Whether ``other`` is the same device."""
+
+def backends() -> List[Dict[str, Any]]:
+    """Every backend: name, compiled, available, devices (names) and reason (or None)."""
+
+def available_backends() -> List[str]:
+    """The names of the backends that can run here."""
+
+class NDBuffer:
+    """An n-d array of one dtype on one backend's device."""
+
+    @staticmethod
+    def from_numpy(array: npt.ArrayLike, backend: Optional[Backend] = None) -> NDBuffer:
+        """A copy of ``array`` on ``backend`` (default: a new CPU device)."""
+    @staticmethod
+    def empty(shape: _Shape, dtype: _DType = None, backend: Optional[Backend] = None) -> NDBuffer:
+        """An uninitialised array (default dtype float64)."""
+    @staticmethod
+    def zeros(shape: _Shape, dtype: _DType = None, backend: Optional[Backend] = None) -> NDBuffer:
+        """An array of zeros (default dtype float64)."""
+    def to_numpy(self) -> np.ndarray:
+        """On the CPU a view of the same memory; elsewhere a C-order copy."""
+    def to_backend(self, backend: Backend) -> NDBuffer:
+        """A copy on ``backend``."""
+    def copy(self) -> NDBuffer:
+        """A contiguous copy on the same backend."""
+    @property
+    def shape(self) -> Tuple[int, ...]: ...
+    @property
+    def dtype(self) -> np.dtype: ...
+    @property
+    def strides(self) -> Tuple[int, ...]:
+        """Strides in bytes, as numpy's."""
+    @property
+    def ndim(self) -> int: ...
+    @property
+    def size(self) -> int: ...
+    @property
+    def nbytes(self) -> int: ...
+    @property
+    def itemsize(self) -> int: ...
+    @property
+    def backend(self) -> Backend: ...
+    @property
+    def __array_interface__(self) -> Dict[str, Any]:
+        """numpy's array interface (CPU backend only; AttributeError elsewhere)."""
+    def __array__(self, dtype: _DType = None, copy: Optional[bool] = None) -> np.ndarray: ...
+    def __dlpack__(
+        self,
+        *,
+        stream: Any = None,
+        max_version: Optional[Tuple[int, int]] = None,
+        dl_device: Optional[Tuple[int, int]] = None,
+        copy: Optional[bool] = None,
+    ) -> Any:
+        """A DLPack capsule sharing the memory (CPU backend; BufferError elsewhere)."""
+    def __dlpack_device__(self) -> Tuple[int, int]: ...
+    def __len__(self) -> int: ...
+
+def from_dlpack(obj: Any, backend: Optional[Backend] = None) -> NDBuffer:
+    """A copy on ``backend`` of any object with ``__dlpack__``."""
+
+class ImmediateAllocator:
+    """Pool memory exists when ``allocate`` returns."""
+
+    def __init__(self, backend: Backend) -> None: ...
+
+class DeferredAllocator:
+    """The backend may back pool memory on first use."""
+
+    def __init__(self, backend: Backend) -> None: ...
+
+class PooledBuffer:
+    """A block on loan from a MemoryPool."""
+
+    @property
+    def size(self) -> int:
+        """The bytes asked for."""
+    @property
+    def block_size(self) -> Optional[int]:
+        """The block's real size, or None once released."""
+    @property
+    def released(self) -> bool: ...
+    @property
+    def backend(self) -> Backend: ...
+    def release(self) -> None:
+        """Returns the block to the pool (InvalidArgumentError the second time)."""
+    def as_ndbuffer(self, shape: _Shape, dtype: _DType = None) -> NDBuffer:
+        """The block as an array over its first bytes; the array then owns the block."""
+    def __enter__(self) -> PooledBuffer: ...
+    def __exit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> bool: ...
+
+class MemoryPool:
+    """pyopencl's MemoryPool over a gpubuf backend."""
+
+    def __init__(
+        self,
+        allocator: Union[Backend, ImmediateAllocator, DeferredAllocator],
+        leading_bits_in_bin_id: int = 4,
+        limit: Union[int, float, None] = None,
+    ) -> None: ...
+    def allocate(self, size: int) -> PooledBuffer: ...
+    def __call__(self, size: int) -> PooledBuffer: ...
+    def empty(self, shape: _Shape, dtype: _DType = None) -> NDBuffer: ...
+    def zeros(self, shape: _Shape, dtype: _DType = None) -> NDBuffer: ...
+    @property
+    def held_blocks(self) -> int: ...
+    @property
+    def active_blocks(self) -> int: ...
+    @property
+    def managed_bytes(self) -> int: ...
+    @property
+    def active_bytes(self) -> int: ...
+    @property
+    def held_bytes(self) -> int: ...
+    @property
+    def limit(self) -> Optional[int]: ...
+    def set_limit(self, limit: Union[int, float, None]) -> None: ...
+    def stats(self) -> Dict[str, Optional[int]]: ...
+    def free_held(self) -> None: ...
+    def stop_holding(self) -> None: ...
+    def bin_number(self, size: int) -> int: ...
+    def alloc_size(self, bin: int) -> int: ...
+    @property
+    def backend(self) -> Backend: ...

@@ -1,0 +1,159 @@
+//! One array type for every dtype: [`AnyArray`] holds an `NDBuffer<Device, T>` of one of
+//! gpubuf's seven element types, and the macros run generic code on whichever it holds.
+
+use gpubuf::{DType, Device, NDBuffer};
+use half::f16;
+use pyo3::prelude::*;
+
+/// An [`NDBuffer`] on a [`Device`] of any element type.
+#[derive(Clone)]
+pub enum AnyArray {
+    /// `uint8`
+    U8(NDBuffer<Device, u8>),
+    /// `int32`
+    I32(NDBuffer<Device, i32>),
+    /// `uint32`
+    U32(NDBuffer<Device, u32>),
+    /// `int64`
+    I64(NDBuffer<Device, i64>),
+    /// `float16`
+    F16(NDBuffer<Device, f16>),
+    /// `float32`
+    F32(NDBuffer<Device, f32>),
+    /// `float64`
+    F64(NDBuffer<Device, f64>),
+}
+
+/// Runs `$body` with `$nd` bound to the typed array `$a` holds.
+macro_rules! dispatch {
+    ($a:expr, $nd:ident => $body:expr) => {
+        match $a {
+            $crate::dtype::AnyArray::U8($nd) => $body,
+            $crate::dtype::AnyArray::I32($nd) => $body,
+            $crate::dtype::AnyArray::U32($nd) => $body,
+            $crate::dtype::AnyArray::I64($nd) => $body,
+            $crate::dtype::AnyArray::F16($nd) => $body,
+            $crate::dtype::AnyArray::F32($nd) => $body,
+            $crate::dtype::AnyArray::F64($nd) => $body,
+        }
+    };
+}
+pub(crate) use dispatch;
+
+/// Runs `$body` with the type `$t` naming the Rust element type of the `DType` `$d`.
+macro_rules! with_dtype {
+    ($d:expr, $t:ident => $body:expr) => {
+        match $d {
+            gpubuf::DType::U8 => {
+                type $t = u8;
+                $body
+            }
+            gpubuf::DType::I32 => {
+                type $t = i32;
+                $body
+            }
+            gpubuf::DType::U32 => {
+                type $t = u32;
+                $body
+            }
+            gpubuf::DType::I64 => {
+                type $t = i64;
+                $body
+            }
+            gpubuf::DType::F16 => {
+                type $t = half::f16;
+                $body
+            }
+            gpubuf::DType::F32 => {
+                type $t = f32;
+                $body
+            }
+            gpubuf::DType::F64 => {
+                type $t = f64;
+                $body
+            }
+        }
+    };
+}
+pub(crate) use with_dtype;
+
+/// Wrapping a typed array in [`AnyArray`].
+pub trait Wrap: gpubuf::Element + numpy::Element {
+    /// The array as an [`AnyArray`].
+    fn wrap(nd: NDBuffer<Device, Self>) -> AnyArray;
+}
+
+macro_rules! wrap {
+    ($t:ty, $v:ident) => {
+        impl Wrap for $t {
+            fn wrap(nd: NDBuffer<Device, Self>) -> AnyArray {
+                AnyArray::$v(nd)
+            }
+        }
+    };
+}
+wrap!(u8, U8);
+wrap!(i32, I32);
+wrap!(u32, U32);
+wrap!(i64, I64);
+wrap!(f16, F16);
+wrap!(f32, F32);
+wrap!(f64, F64);
+
+impl AnyArray {
+    /// The element type.
+    pub fn dtype(&self) -> DType {
+        dispatch!(self, nd => nd.dtype())
+    }
+
+    /// The device the array lives on.
+    pub fn device(&self) -> &Device {
+        dispatch!(self, nd => nd.backend())
+    }
+
+    /// The shape.
+    pub fn shape(&self) -> &[usize] {
+        dispatch!(self, nd => nd.shape())
+    }
+
+    /// The strides in elements.
+    pub fn strides(&self) -> &[isize] {
+        dispatch!(self, nd => nd.strides())
+    }
+}
+
+/// gpubuf's dtype from a numpy dtype, or `DTypeMismatchError` for one gpubuf has no type
+/// for (a complex or byte-swapped dtype, `bool`, `int8`, ...).
+///
+/// # Errors
+/// `DTypeMismatchError` as above.
+pub fn from_numpy_dtype(dt: &Bound<'_, numpy::PyArrayDescr>) -> PyResult<DType> {
+    use numpy::PyArrayDescrMethods;
+    let py = dt.py();
+    for d in DType::ALL {
+        let same = with_dtype!(d, T => dt.is_equiv_to(&numpy::dtype::<T>(py)));
+        if same {
+            return Ok(d);
+        }
+    }
+    let got = dt.str().map(|s| s.to_string()).unwrap_or_else(|_| "?".into());
+    Err(crate::errors::unsupported_dtype(&got))
+}
+
+/// A dtype given by name (`"float32"`, numpy's `np.float32`, a `numpy.dtype`, ...).
+///
+/// # Errors
+/// `DTypeMismatchError` when numpy does not know it or gpubuf has no such type.
+pub fn parse_dtype(obj: &Bound<'_, PyAny>) -> PyResult<DType> {
+    let py = obj.py();
+    let descr = numpy::PyArrayDescr::new(py, obj).map_err(|_| {
+        let got = obj.str().map(|s| s.to_string()).unwrap_or_else(|_| "?".into());
+        crate::errors::unsupported_dtype(&got)
+    })?;
+    from_numpy_dtype(&descr)
+}
+
+/// numpy's dtype object for `d`.
+pub fn numpy_dtype(py: Python<'_>, d: DType) -> Bound<'_, numpy::PyArrayDescr> {
+    with_dtype!(d, T => numpy::dtype::<T>(py))
+}

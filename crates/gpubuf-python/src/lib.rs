@@ -1,0 +1,41 @@
+//! `import gpubuf`: Python bindings of the gpubuf toolkit (PyO3, abi3 for CPython >= 3.9,
+//! built with maturin). A thin layer over the umbrella crate's [`gpubuf::Device`], the
+//! backend chosen at run time, so nothing here is generic over a backend.
+//!
+//! One file per concern: [`errors`] (gpubuf's errors as Python exception classes),
+//! [`backend`] (`Backend`, `backends()`), [`dtype`] (one array type for every element
+//! type), [`ndbuffer`] (`NDBuffer`), [`interop`] and [`dlpack`] (numpy and DLPack without
+//! copies), [`pool`] (`MemoryPool`, `PooledBuffer`). Later components (the halo
+//! transformer, the bufferizer, the mirror) add a file and a line to the module function (`gpubuf_module`) below.
+//!
+//! Every call that copies or allocates releases the GIL; no Rust panic is raised from this
+//! code on user input (PyO3 turns one into `pyo3_runtime.PanicException` should it happen).
+//! The Python-facing documentation is `docs/python.md` and the stub `gpubuf.pyi`.
+
+pub mod backend;
+pub mod dlpack;
+pub mod dtype;
+pub mod errors;
+pub mod interop;
+pub mod ndbuffer;
+pub mod pool;
+
+use pyo3::prelude::*;
+
+/// The `gpubuf` extension module.
+#[pymodule]
+#[pyo3(name = "gpubuf")]
+fn gpubuf_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    errors::register(m)?;
+    m.add_class::<backend::PyBackend>()?;
+    m.add_function(wrap_pyfunction!(backend::backends, m)?)?;
+    m.add_function(wrap_pyfunction!(backend::available_backends, m)?)?;
+    m.add_class::<ndbuffer::PyNDBuffer>()?;
+    m.add_function(wrap_pyfunction!(dlpack::from_dlpack, m)?)?;
+    m.add_class::<pool::PyMemoryPool>()?;
+    m.add_class::<pool::PyPooledBuffer>()?;
+    m.add_class::<pool::PyImmediateAllocator>()?;
+    m.add_class::<pool::PyDeferredAllocator>()?;
+    Ok(())
+}

@@ -1,0 +1,277 @@
+//! `gpubuf.NDBuffer`: an n-d array on any backend, with numpy in and out.
+
+use crate::backend::PyBackend;
+use crate::dtype::{dispatch, numpy_dtype, parse_dtype, with_dtype, AnyArray, Wrap};
+use crate::errors::{invalid, IntoPy};
+use crate::interop;
+use gpubuf::{DType, Device, NDBuffer, Order};
+use numpy::{PyArrayDyn, PyArrayMethods, PyUntypedArray, PyUntypedArrayMethods};
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyTuple};
+
+/// An n-d array of one dtype on one backend's device.
+///
+/// ``shape``, ``dtype`` (a numpy dtype), ``strides`` (bytes, as numpy's) and ``backend``
+/// describe it. ``to_numpy()`` and ``NDBuffer.from_numpy()`` move data between numpy and
+/// the device. On the CPU backend ``to_numpy()`` is a view of the same memory (also
+/// through ``numpy.asarray(a)``, ``__array_interface__`` and ``__dlpack__``); elsewhere it
+/// is a copy. Copies run with the GIL released.
+#[pyclass(name = "NDBuffer", module = "gpubuf", frozen)]
+pub struct PyNDBuffer {
+    /// The array.
+    pub array: AnyArray,
+}
+
+/// A shape from an int or a sequence of ints.
+///
+/// # Errors
+/// `InvalidArgumentError` for a negative or non-integer extent.
+pub fn shape_arg(obj: &Bound<'_, PyAny>) -> PyResult<Vec<usize>> {
+    if let Ok(n) = obj.extract::<i128>() {
+        return Ok(vec![extent(n)?]);
+    }
+    let items: Vec<Bound<'_, PyAny>> =
+        obj.extract().map_err(|_| invalid("a shape is an int or a sequence of ints"))?;
+    items
+        .iter()
+        .map(|i| extent(i.extract::<i128>().map_err(|_| invalid("a shape is an int or a sequence of ints"))?))
+        .collect()
+}
+
+fn extent(n: i128) -> PyResult<usize> {
+    usize::try_from(n).map_err(|_| invalid(format!("extent {n} is negative or does not fit in memory")))
+}
+
+/// The device of `backend`, or a new CPU device.
+pub fn device_of(backend: Option<&PyBackend>) -> Device {
+    backend.map_or_else(Device::cpu, |b| b.device.clone())
+}
+
+impl PyNDBuffer {
+    /// An empty array of `dtype`, zero-filled when `zero`.
+    fn create(py: Python<'_>, shape: Vec<usize>, dtype: DType, device: Device, zero: bool) -> PyResult<Self> {
+        let array = py
+            .detach(move || {
+                with_dtype!(dtype, T => {
+                    let nd = if zero {
+                        NDBuffer::<Device, T>::zeros(&device, &shape)
+                    } else {
+                        NDBuffer::<Device, T>::empty(&device, &shape, Order::C)
+                    };
+                    nd.map(T::wrap)
+                })
+            })
+            .py()?;
+        Ok(PyNDBuffer { array })
+    }
+
+    /// Uploads a numpy array of element type `T`.
+    fn upload<T: Wrap>(arr: &Bound<'_, PyUntypedArray>, device: Device) -> PyResult<AnyArray> {
+        let typed = arr.cast::<PyArrayDyn<T>>()?;
+        let ro = typed.try_readonly().map_err(|e| invalid(e.to_string()))?;
+        let view = ro.as_array();
+        let nd = arr.py().detach(move || NDBuffer::<Device, T>::from_ndarray(&device, view)).py()?;
+        Ok(T::wrap(nd))
+    }
+}
+
+#[pymethods]
+impl PyNDBuffer {
+    /// A copy of the numpy array ``array`` (or anything ``numpy.asarray`` takes) on
+    /// ``backend`` (default: a new CPU device), in C order.
+    ///
+    /// Raises ``DTypeMismatchError`` for a dtype gpubuf has no type for,
+    /// ``OutOfMemoryError`` when the device cannot hold it.
+    #[staticmethod]
+    #[pyo3(signature = (array, backend = None))]
+    pub(crate) fn from_numpy(
+        py: Python<'_>,
+        array: &Bound<'_, PyAny>,
+        backend: Option<&PyBackend>,
+    ) -> PyResult<Self> {
+        let arr = match array.cast::<PyUntypedArray>() {
+            Ok(a) => a.clone(),
+            Err(_) => {
+                let np = py.import("numpy")?;
+                np.call_method1("asarray", (array,))?.cast_into::<PyUntypedArray>()?
+            }
+        };
+        let dtype = crate::dtype::from_numpy_dtype(&arr.dtype())?;
+        let device = device_of(backend);
+        let array = with_dtype!(dtype, T => Self::upload::<T>(&arr, device)?);
+        Ok(PyNDBuffer { array })
+    }
+
+    /// An uninitialised array (zeros on the CPU) of ``shape`` and ``dtype`` on ``backend``.
+    #[staticmethod]
+    #[pyo3(signature = (shape, dtype = None, backend = None))]
+    fn empty(
+        py: Python<'_>,
+        shape: &Bound<'_, PyAny>,
+        dtype: Option<&Bound<'_, PyAny>>,
+        backend: Option<&PyBackend>,
+    ) -> PyResult<Self> {
+        let d = dtype.map_or(Ok(DType::F64), parse_dtype)?;
+        Self::create(py, shape_arg(shape)?, d, device_of(backend), false)
+    }
+
+    /// An array of zeros of ``shape`` and ``dtype`` (default float64) on ``backend``.
+    #[staticmethod]
+    #[pyo3(signature = (shape, dtype = None, backend = None))]
+    fn zeros(
+        py: Python<'_>,
+        shape: &Bound<'_, PyAny>,
+        dtype: Option<&Bound<'_, PyAny>>,
+        backend: Option<&PyBackend>,
+    ) -> PyResult<Self> {
+        let d = dtype.map_or(Ok(DType::F64), parse_dtype)?;
+        Self::create(py, shape_arg(shape)?, d, device_of(backend), true)
+    }
+
+    /// The array as numpy: on the CPU a view of the same memory (writes show on both
+    /// sides; the view keeps this array alive), elsewhere a C-order copy.
+    fn to_numpy<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
+        let py = slf.py();
+        let this = slf.get();
+        if interop::host_address(&this.array).is_some() {
+            return py.import("numpy")?.call_method1("asarray", (slf,));
+        }
+        let array = this.array.clone();
+        dispatch!(array, nd => {
+            let host = py.detach(move || nd.to_ndarray()).py()?;
+            Ok(numpy::PyArray::from_owned_array(py, host).into_any())
+        })
+    }
+
+    /// A copy of the array on ``backend`` (contiguous, C order).
+    fn to_backend(&self, py: Python<'_>, backend: &PyBackend) -> PyResult<Self> {
+        let (array, target) = (self.array.clone(), backend.device.clone());
+        let array = py.detach(move || dispatch!(array, nd => nd.to_backend(&target).map(Wrap::wrap))).py()?;
+        Ok(PyNDBuffer { array })
+    }
+
+    /// A contiguous copy on the same backend.
+    fn copy(&self, py: Python<'_>) -> PyResult<Self> {
+        let array = self.array.clone();
+        let array = py.detach(move || dispatch!(array, nd => nd.copy().map(Wrap::wrap))).py()?;
+        Ok(PyNDBuffer { array })
+    }
+
+    /// The extents, as a tuple.
+    #[getter]
+    fn shape<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        PyTuple::new(py, self.array.shape())
+    }
+
+    /// The element type, as a ``numpy.dtype``.
+    #[getter]
+    fn dtype<'py>(&self, py: Python<'py>) -> Bound<'py, numpy::PyArrayDescr> {
+        numpy_dtype(py, self.array.dtype())
+    }
+
+    /// The strides in bytes (numpy's convention; negative for flipped axes).
+    #[getter]
+    fn strides<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        PyTuple::new(py, interop::byte_strides(&self.array)?)
+    }
+
+    /// The number of axes.
+    #[getter]
+    fn ndim(&self) -> usize {
+        self.array.shape().len()
+    }
+
+    /// The number of elements.
+    #[getter]
+    fn size(&self) -> usize {
+        dispatch!(&self.array, nd => nd.size())
+    }
+
+    /// The bytes of the elements (``size * itemsize``).
+    #[getter]
+    fn nbytes(&self) -> usize {
+        dispatch!(&self.array, nd => nd.nbytes())
+    }
+
+    /// The bytes of one element.
+    #[getter]
+    fn itemsize(&self) -> usize {
+        self.array.dtype().size()
+    }
+
+    /// The backend the array lives on.
+    #[getter]
+    fn backend(&self) -> PyBackend {
+        PyBackend::new(self.array.device().clone())
+    }
+
+    /// numpy's array interface (version 3), on the CPU backend only: ``numpy.asarray(a)``
+    /// is then a view of the same memory. Raises ``AttributeError`` on other backends.
+    #[getter]
+    fn __array_interface__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        interop::array_interface(py, &self.array)
+    }
+
+    /// DLPack export (CPU backend): a capsule that shares this array's memory.
+    /// Raises ``BufferError`` on backends it cannot express.
+    #[pyo3(signature = (*, stream = None, max_version = None, dl_device = None, copy = None))]
+    fn __dlpack__<'py>(
+        &self,
+        py: Python<'py>,
+        stream: Option<&Bound<'py, PyAny>>,
+        max_version: Option<&Bound<'py, PyAny>>,
+        dl_device: Option<&Bound<'py, PyAny>>,
+        copy: Option<bool>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let _ = (stream, max_version);
+        crate::dlpack::export(py, &self.array, dl_device, copy)
+    }
+
+    /// The DLPack device: ``(1, 0)`` (CPU) on the CPU backend.
+    /// Raises ``BufferError`` on backends DLPack export does not cover.
+    fn __dlpack_device__(&self) -> PyResult<(i32, i32)> {
+        crate::dlpack::device(&self.array)
+    }
+
+    /// numpy's ``__array__`` protocol, for backends without ``__array_interface__``:
+    /// a copy (``copy=False`` raises ``ValueError`` there, as numpy 2 asks).
+    #[pyo3(signature = (dtype = None, copy = None))]
+    fn __array__<'py>(
+        slf: &Bound<'py, Self>,
+        dtype: Option<&Bound<'py, PyAny>>,
+        copy: Option<bool>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let on_host = interop::host_address(&slf.get().array).is_some();
+        if copy == Some(false) && !on_host {
+            return Err(pyo3::exceptions::PyValueError::new_err(
+                "this array is not in host memory: numpy needs a copy",
+            ));
+        }
+        let a = Self::to_numpy(slf)?;
+        let a = match dtype {
+            Some(d) => a.call_method1("astype", (d,))?,
+            None => a,
+        };
+        if copy == Some(true) && on_host {
+            return a.call_method0("copy");
+        }
+        Ok(a)
+    }
+
+    fn __len__(&self) -> PyResult<usize> {
+        self.array
+            .shape()
+            .first()
+            .copied()
+            .ok_or_else(|| pyo3::exceptions::PyTypeError::new_err("len() of a 0-d array"))
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "gpubuf.NDBuffer(shape={:?}, dtype={}, backend={:?})",
+            self.array.shape(),
+            self.array.dtype().name(),
+            self.array.device().kind().name()
+        )
+    }
+}

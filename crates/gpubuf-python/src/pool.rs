@@ -1,0 +1,388 @@
+//! `gpubuf.MemoryPool` and `gpubuf.PooledBuffer`: pyopencl's `MemoryPool` surface over
+//! gpubuf's pool, plus its limit and its out-of-memory behaviour.
+
+use crate::backend::PyBackend;
+use crate::dtype::{parse_dtype, with_dtype, Wrap};
+use crate::errors::{invalid, IntoPy};
+use crate::ndbuffer::{shape_arg, PyNDBuffer};
+use gpubuf::pool::{alloc_size, bin_number, Limit, PoolConfig};
+use gpubuf::{DType, Device, MemoryPool, Order, PoolStats, PooledBuffer};
+use parking_lot::Mutex;
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+/// pyopencl's ``ImmediateAllocator``: the pool's memory exists when ``allocate`` returns
+/// (the default of a pool given a ``Backend``).
+#[pyclass(name = "ImmediateAllocator", module = "gpubuf", frozen)]
+pub struct PyImmediateAllocator {
+    device: Device,
+}
+
+#[pymethods]
+impl PyImmediateAllocator {
+    #[new]
+    fn new(backend: &PyBackend) -> Self {
+        PyImmediateAllocator { device: backend.device.clone() }
+    }
+}
+
+/// pyopencl's ``DeferredAllocator``: the backend may back the memory on first use.
+#[pyclass(name = "DeferredAllocator", module = "gpubuf", frozen)]
+pub struct PyDeferredAllocator {
+    device: Device,
+}
+
+#[pymethods]
+impl PyDeferredAllocator {
+    #[new]
+    fn new(backend: &PyBackend) -> Self {
+        PyDeferredAllocator { device: backend.device.clone() }
+    }
+}
+
+/// The pool's counters as a dict (also ``OutOfMemoryError.pool``).
+///
+/// # Errors
+/// Python errors from building the dict.
+pub fn stats_dict<'py>(py: Python<'py>, s: &PoolStats) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("active_blocks", s.active_blocks)?;
+    d.set_item("active_bytes", s.active_bytes)?;
+    d.set_item("held_blocks", s.held_blocks)?;
+    d.set_item("held_bytes", s.held_bytes)?;
+    d.set_item("managed_bytes", s.managed_bytes)?;
+    d.set_item("peak_managed_bytes", s.peak_managed_bytes)?;
+    d.set_item("peak_active_bytes", s.peak_active_bytes)?;
+    d.set_item("hits", s.hits)?;
+    d.set_item("misses", s.misses)?;
+    d.set_item("limit", s.limit)?;
+    Ok(d)
+}
+
+/// A byte count from Python: an int in ``0..2**64`` that fits this machine.
+fn bytes_arg(obj: &Bound<'_, PyAny>) -> PyResult<usize> {
+    let n: i128 = obj.extract().map_err(|_| invalid("a size in bytes is an int"))?;
+    usize::try_from(n)
+        .map_err(|_| invalid(format!("size {n} is negative or above this machine's address space")))
+}
+
+/// A limit: None, an int (bytes) or a float in (0, 1] (a fraction of the device's memory).
+fn limit_arg(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Limit>> {
+    let Some(obj) = obj.filter(|o| !o.is_none()) else { return Ok(None) };
+    if obj.is_instance_of::<pyo3::types::PyBool>() {
+        return Err(invalid("a limit is None, an int of bytes or a float fraction"));
+    }
+    if obj.is_instance_of::<pyo3::types::PyInt>() {
+        return Ok(Some(Limit::Bytes(bytes_arg(obj)?)));
+    }
+    let f: f64 =
+        obj.extract().map_err(|_| invalid("a limit is None, an int of bytes or a float fraction"))?;
+    Ok(Some(Limit::Fraction(f)))
+}
+
+/// A memory pool (pyopencl's ``MemoryPool(allocator, leading_bits_in_bin_id=4)``): freed
+/// blocks are kept and handed out again instead of going back to the device.
+///
+/// ``allocator`` is a ``Backend`` (immediate allocation), ``ImmediateAllocator`` or
+/// ``DeferredAllocator``. ``limit`` caps the bytes the pool holds: an int of bytes, or a
+/// float fraction of the device's memory; past it ``allocate`` raises
+/// ``OutOfMemoryError`` after freeing what the pool held.
+#[pyclass(name = "MemoryPool", module = "gpubuf", frozen)]
+pub struct PyMemoryPool {
+    pool: MemoryPool<Device>,
+    bits: u32,
+}
+
+#[pymethods]
+impl PyMemoryPool {
+    #[new]
+    #[pyo3(signature = (allocator, leading_bits_in_bin_id = 4, limit = None))]
+    fn new(
+        allocator: &Bound<'_, PyAny>,
+        leading_bits_in_bin_id: u32,
+        limit: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Self> {
+        let (device, immediate) = if let Ok(b) = allocator.cast::<PyBackend>() {
+            (b.get().device.clone(), true)
+        } else if let Ok(a) = allocator.cast::<PyImmediateAllocator>() {
+            (a.get().device.clone(), true)
+        } else if let Ok(a) = allocator.cast::<PyDeferredAllocator>() {
+            (a.get().device.clone(), false)
+        } else {
+            return Err(invalid("the allocator is a Backend, ImmediateAllocator or DeferredAllocator"));
+        };
+        let config = PoolConfig {
+            leading_bits_in_bin_id,
+            immediate,
+            limit: limit_arg(limit)?,
+            ..PoolConfig::default()
+        };
+        let pool = MemoryPool::with_config(device, config).py()?;
+        Ok(PyMemoryPool { pool, bits: leading_bits_in_bin_id })
+    }
+
+    /// A block of at least ``size`` bytes (pyopencl's ``allocate``), returned to the pool by
+    /// ``release()``, at the end of a ``with`` block, or when garbage collected.
+    ///
+    /// Raises ``OutOfMemoryError`` when neither the pool nor the device has the memory (or the
+    /// limit is reached); ``InvalidArgumentError`` for a negative size.
+    fn allocate(&self, py: Python<'_>, size: &Bound<'_, PyAny>) -> PyResult<PyPooledBuffer> {
+        let bytes = bytes_arg(size)?;
+        let pool = self.pool.clone();
+        let block = py.detach(move || pool.allocate(bytes)).py()?;
+        Ok(PyPooledBuffer {
+            block: Mutex::new(Some(block)),
+            size: bytes,
+            device: self.pool.allocator().clone(),
+        })
+    }
+
+    /// ``pool(size)`` is ``pool.allocate(size)``.
+    fn __call__(&self, py: Python<'_>, size: &Bound<'_, PyAny>) -> PyResult<PyPooledBuffer> {
+        self.allocate(py, size)
+    }
+
+    /// An array of ``shape`` and ``dtype`` (default float64) in a block of this pool; the
+    /// block returns when the array and every view of it are gone. Uninitialised.
+    #[pyo3(signature = (shape, dtype = None))]
+    fn empty(
+        &self,
+        py: Python<'_>,
+        shape: &Bound<'_, PyAny>,
+        dtype: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyNDBuffer> {
+        self.array(py, shape, dtype, false)
+    }
+
+    /// As ``empty``, filled with zeros.
+    #[pyo3(signature = (shape, dtype = None))]
+    fn zeros(
+        &self,
+        py: Python<'_>,
+        shape: &Bound<'_, PyAny>,
+        dtype: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyNDBuffer> {
+        self.array(py, shape, dtype, true)
+    }
+
+    /// Free blocks kept for reuse.
+    #[getter]
+    fn held_blocks(&self) -> usize {
+        self.pool.held_blocks()
+    }
+
+    /// Blocks handed out and not yet returned.
+    #[getter]
+    fn active_blocks(&self) -> usize {
+        self.pool.active_blocks()
+    }
+
+    /// Bytes the pool holds from the device, active and held.
+    #[getter]
+    fn managed_bytes(&self) -> usize {
+        self.pool.managed_bytes()
+    }
+
+    /// Bytes of the blocks handed out (block sizes, after rounding to the size class).
+    #[getter]
+    fn active_bytes(&self) -> usize {
+        self.pool.active_bytes()
+    }
+
+    /// Bytes of the held blocks.
+    #[getter]
+    fn held_bytes(&self) -> usize {
+        self.pool.held_bytes()
+    }
+
+    /// The limit in bytes, or None.
+    #[getter]
+    fn limit(&self) -> Option<usize> {
+        self.pool.stats().limit
+    }
+
+    /// Sets the limit (None, bytes, or a float fraction of the device's memory); held
+    /// blocks are freed at once if it is exceeded.
+    ///
+    /// Raises ``InvalidArgumentError`` for a fraction outside (0, 1] or one the device
+    /// cannot resolve (the limit is then unchanged).
+    #[pyo3(signature = (limit))]
+    fn set_limit(&self, limit: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
+        self.pool.set_limit(limit_arg(limit)?).py()
+    }
+
+    /// The counters: blocks and bytes active and held, managed bytes, their peaks, hits,
+    /// misses and the limit.
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        stats_dict(py, &self.pool.stats())
+    }
+
+    /// Returns every wholly free segment to the device.
+    fn free_held(&self, py: Python<'_>) {
+        let pool = self.pool.clone();
+        py.detach(move || pool.free_held());
+    }
+
+    /// Frees what is held, and from now on returns freed memory to the device.
+    fn stop_holding(&self, py: Python<'_>) {
+        let pool = self.pool.clone();
+        py.detach(move || pool.stop_holding());
+    }
+
+    /// The size class of a request of ``size`` bytes.
+    fn bin_number(&self, size: &Bound<'_, PyAny>) -> PyResult<usize> {
+        Ok(bin_number(bytes_arg(size)?, self.bits))
+    }
+
+    /// The largest request size of size class ``bin``.
+    fn alloc_size(&self, bin: &Bound<'_, PyAny>) -> PyResult<usize> {
+        Ok(alloc_size(bytes_arg(bin)?, self.bits))
+    }
+
+    /// The backend the pool allocates from.
+    #[getter]
+    fn backend(&self) -> PyBackend {
+        PyBackend::new(self.pool.allocator().clone())
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "gpubuf.MemoryPool({:?}, active_blocks={}, held_blocks={}, managed_bytes={})",
+            self.pool.allocator().kind().name(),
+            self.pool.active_blocks(),
+            self.pool.held_blocks(),
+            self.pool.managed_bytes()
+        )
+    }
+}
+
+impl PyMemoryPool {
+    fn array(
+        &self,
+        py: Python<'_>,
+        shape: &Bound<'_, PyAny>,
+        dtype: Option<&Bound<'_, PyAny>>,
+        zero: bool,
+    ) -> PyResult<PyNDBuffer> {
+        let d = dtype.map_or(Ok(DType::F64), parse_dtype)?;
+        let shape = shape_arg(shape)?;
+        let pool = self.pool.clone();
+        let array = py
+            .detach(move || {
+                let device = pool.allocator().clone();
+                with_dtype!(d, T => {
+                    let a = if zero {
+                        pool.zeros::<Device, T>(&device, &shape)
+                    } else {
+                        pool.empty::<Device, T>(&device, &shape, Order::C)
+                    };
+                    a.map(T::wrap)
+                })
+            })
+            .py()?;
+        Ok(PyNDBuffer { array })
+    }
+}
+
+/// A block on loan from a ``MemoryPool``: ``size`` bytes (pyopencl's ``PooledBuffer``).
+/// ``release()`` returns it (a second ``release()`` raises ``InvalidArgumentError``); so
+/// does leaving a ``with`` block or dropping the last reference.
+#[pyclass(name = "PooledBuffer", module = "gpubuf", frozen)]
+pub struct PyPooledBuffer {
+    block: Mutex<Option<PooledBuffer<Device>>>,
+    size: usize,
+    device: Device,
+}
+
+#[pymethods]
+impl PyPooledBuffer {
+    /// The bytes asked for.
+    #[getter]
+    fn size(&self) -> usize {
+        self.size
+    }
+
+    /// The block's real size (the request rounded up to its size class), or None once
+    /// released.
+    #[getter]
+    fn block_size(&self) -> Option<usize> {
+        self.block.lock().as_ref().map(|b| b.block_size())
+    }
+
+    /// Whether the block went back to the pool.
+    #[getter]
+    fn released(&self) -> bool {
+        self.block.lock().is_none()
+    }
+
+    /// The backend of the pool the block came from.
+    #[getter]
+    fn backend(&self) -> PyBackend {
+        PyBackend::new(self.device.clone())
+    }
+
+    /// Returns the block to the pool now.
+    ///
+    /// Raises ``InvalidArgumentError`` when it was already released.
+    fn release(&self) -> PyResult<()> {
+        let block = self.block.lock().take();
+        match block {
+            Some(b) => {
+                b.release();
+                Ok(())
+            }
+            None => Err(invalid("the pooled buffer was already released")),
+        }
+    }
+
+    /// The block as an array of ``shape`` and ``dtype`` (default uint8) over its first bytes;
+    /// the block then belongs to the array (this object counts as released) and returns to
+    /// the pool when the array and its views are gone.
+    ///
+    /// Raises ``LengthMismatchError`` when the array needs more bytes than were asked for,
+    /// ``InvalidArgumentError`` when the block was released; the block is unchanged then.
+    #[pyo3(signature = (shape, dtype = None))]
+    fn as_ndbuffer(
+        &self,
+        shape: &Bound<'_, PyAny>,
+        dtype: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyNDBuffer> {
+        let d = dtype.map_or(Ok(DType::U8), parse_dtype)?;
+        let shape = shape_arg(shape)?;
+        let need = gpubuf::checked_size(&shape).py()?.checked_mul(d.size());
+        if need.is_none_or(|n| n > self.size) {
+            return Err(crate::errors::to_py(gpubuf::Error::byte_length(
+                "pooled buffer",
+                need.unwrap_or(usize::MAX),
+                self.size,
+                Some(d),
+            )));
+        }
+        let mut guard = self.block.lock();
+        let block = guard.take().ok_or_else(|| invalid("the pooled buffer was already released"))?;
+        let buffer = block.into_buffer(&self.device).py()?;
+        let array = with_dtype!(d, T => {
+            gpubuf::NDBuffer::<Device, T>::from_buffer(buffer, &shape, Order::C).map(T::wrap)
+        })
+        .py()?;
+        Ok(PyNDBuffer { array })
+    }
+
+    fn __enter__(slf: Bound<'_, Self>) -> Bound<'_, Self> {
+        slf
+    }
+
+    /// Releases the block (if still held) at the end of a ``with`` block.
+    #[pyo3(signature = (*_args))]
+    fn __exit__(&self, _args: &Bound<'_, pyo3::types::PyTuple>) -> bool {
+        drop(self.block.lock().take());
+        false
+    }
+
+    fn __repr__(&self) -> String {
+        match self.block_size() {
+            Some(b) => format!("gpubuf.PooledBuffer(size={}, block_size={b})", self.size),
+            None => format!("gpubuf.PooledBuffer(size={}, released)", self.size),
+        }
+    }
+}

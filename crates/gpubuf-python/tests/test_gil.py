@@ -1,0 +1,46 @@
+"""Long copies release the GIL: another Python thread runs while they do."""
+
+import threading
+import time
+
+import numpy as np
+
+import gpubuf
+
+
+def _ticks_during(work):
+    """Runs ``work`` while a thread records the time every millisecond; returns the ticks
+    that fell inside the call (its first and last 10% left out), and the call's duration."""
+    ticks = []
+    stop = threading.Event()
+
+    def tick():
+        while not stop.is_set():
+            ticks.append(time.perf_counter())
+            time.sleep(0.001)
+
+    t = threading.Thread(target=tick)
+    t.start()
+    time.sleep(0.02)
+    start = time.perf_counter()
+    work()
+    end = time.perf_counter()
+    stop.set()
+    t.join()
+    margin = (end - start) * 0.1
+    inside = [x for x in ticks if start + margin < x < end - margin]
+    return inside, end - start
+
+
+def test_gil_released_during_long_copies(backend):
+    x = np.ones(48 << 20, dtype=np.uint8)
+    a = gpubuf.NDBuffer.from_numpy(x, backend)
+    for work in (
+        lambda: gpubuf.NDBuffer.from_numpy(x, backend),
+        lambda: a.copy().to_backend(gpubuf.Backend("cpu")),
+        lambda: [gpubuf.NDBuffer.from_numpy(x, backend) for _ in range(4)],
+    ):
+        inside, took = _ticks_during(work)
+        if took < 0.02:
+            continue  # too quick to tell on this machine
+        assert len(inside) >= 2, f"no other thread ran during a {took:.3f} s copy"

@@ -1,0 +1,166 @@
+//! The Python part of `cargo xtask test-all`: a virtual environment under the target
+//! directory with pinned maturin, numpy and pytest from PyPI, the `gpubuf` wheel built by
+//! maturin and installed there, then the pytest suite of `crates/gpubuf-python/tests`.
+
+use crate::sh::{run_ok, run_tee};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// The packages the suite needs, pinned (maturin builds the wheel; numpy and pytest run it).
+pub const PIP_PINS: [&str; 3] = ["maturin==1.16.0", "numpy==2.4.6", "pytest==9.2.0"];
+
+/// What the pytest run reported.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct PyCounts {
+    /// Tests that passed.
+    pub passed: usize,
+    /// Tests that failed, and tests that errored in setup or collection.
+    pub failed: usize,
+    /// Tests skipped (a backend that cannot run here and is not required).
+    pub skipped: usize,
+}
+
+/// The workspace root (xtask lives one level below it).
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().map_or_else(|| PathBuf::from("."), Path::to_path_buf)
+}
+
+/// The cargo target directory (`CARGO_TARGET_DIR` or `<root>/target`).
+fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root().join("target"), PathBuf::from)
+}
+
+/// Reads pytest's closing line (`3 failed, 58 passed, 2 skipped in 4.10s`, with or without
+/// the `=` rule around it); `None` when there is none.
+pub fn parse_summary(lines: &[String]) -> Option<PyCounts> {
+    lines.iter().rev().find_map(|line| {
+        let line = line.trim().trim_matches('=').trim();
+        let (counts, time) = line.rsplit_once(" in ")?;
+        if !time.trim_end().ends_with('s') {
+            return None;
+        }
+        let mut c = PyCounts::default();
+        let mut any = false;
+        for part in counts.split(", ") {
+            let (n, what) = part.trim().split_once(' ')?;
+            let n: usize = n.parse().ok()?;
+            match what {
+                "passed" => c.passed += n,
+                "failed" | "error" | "errors" => c.failed += n,
+                "skipped" => c.skipped += n,
+                // xfailed, xpassed, deselected, warnings: not counted.
+                _ => {}
+            }
+            any = true;
+        }
+        any.then_some(c)
+    })
+}
+
+/// Makes the virtual environment (once) with [`PIP_PINS`] installed; returns its python.
+fn venv(dir: &Path) -> Result<PathBuf, String> {
+    let python = dir.join("bin").join("python");
+    if !python.exists() {
+        let host = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
+        if !run_ok(Command::new(&host).args(["-m", "venv"]).arg(dir)) {
+            return Err(format!("`{host} -m venv {}` failed", dir.display()));
+        }
+    }
+    let stamp = dir.join("gpubuf-pins.txt");
+    let want = PIP_PINS.join("\n");
+    if std::fs::read_to_string(&stamp).ok().as_deref() != Some(want.as_str()) {
+        let mut pip = Command::new(&python);
+        pip.args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check"]).args(PIP_PINS);
+        if !run_ok(&mut pip) {
+            return Err(format!("pip install {} failed", PIP_PINS.join(" ")));
+        }
+        std::fs::write(&stamp, want).map_err(|e| format!("writing {}: {e}", stamp.display()))?;
+    }
+    Ok(python)
+}
+
+/// Builds the wheel (release) into `<target>/python-wheels` and installs it in the venv.
+fn build_and_install(python: &Path, target: &Path) -> Result<(), String> {
+    let wheels = target.join("python-wheels");
+    // Only this build's wheel is left there to install.
+    let _ = std::fs::remove_dir_all(&wheels);
+    let mut build = Command::new(python);
+    build
+        .args(["-m", "maturin", "build", "--release", "--quiet", "-m"])
+        .arg(root().join("crates/gpubuf-python/Cargo.toml"))
+        .arg("--out")
+        .arg(&wheels)
+        .arg("--interpreter")
+        .arg(python)
+        .env("CARGO_TARGET_DIR", target);
+    if !run_ok(&mut build) {
+        return Err("maturin build failed".into());
+    }
+    let wheel = std::fs::read_dir(&wheels)
+        .map_err(|e| format!("reading {}: {e}", wheels.display()))?
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|x| x == "whl"))
+        .ok_or_else(|| format!("no wheel in {}", wheels.display()))?;
+    let mut install = Command::new(python);
+    install
+        .args([
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            "--force-reinstall",
+            "--no-deps",
+        ])
+        .arg(&wheel);
+    if !run_ok(&mut install) {
+        return Err(format!("pip install {} failed", wheel.display()));
+    }
+    Ok(())
+}
+
+/// Runs the Python suite: venv, wheel, pytest with `GPUBUF_REQUIRE` set to `require` (a
+/// comma-separated list of backends that must run, as for the Rust suites). Returns the
+/// counts, or why no test could run (a failed venv, install, build, or no closing line).
+/// A pytest that exits non-zero without reporting a failure is counted as one failure.
+///
+/// # Errors
+/// A description of the step that failed before pytest reported.
+pub fn run(require: &str) -> Result<PyCounts, String> {
+    let target = target_dir();
+    let python = venv(&target.join("python-venv"))?;
+    build_and_install(&python, &target)?;
+    let mut pytest = Command::new(&python);
+    pytest
+        .args(["-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider"])
+        .arg(root().join("crates/gpubuf-python/tests"))
+        .env("GPUBUF_REQUIRE", require);
+    let (lines, ok) = run_tee(&mut pytest);
+    let mut counts = parse_summary(&lines).ok_or("pytest printed no summary line (no test ran)")?;
+    if !ok && counts.failed == 0 {
+        counts.failed = 1;
+    }
+    Ok(counts)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pytest_summaries_are_read() {
+        let l = |s: &str| vec!["x".to_string(), s.to_string()];
+        assert_eq!(
+            parse_summary(&l("===== 2 failed, 58 passed, 3 skipped, 1 warning in 4.10s =====")),
+            Some(PyCounts { passed: 58, failed: 2, skipped: 3 })
+        );
+        assert_eq!(
+            parse_summary(&l("61 passed in 0.50s")),
+            Some(PyCounts { passed: 61, ..PyCounts::default() })
+        );
+        assert_eq!(parse_summary(&l("1 error in 0.1s")), Some(PyCounts { failed: 1, ..PyCounts::default() }));
+        assert_eq!(parse_summary(&l("no tests ran in 0.01s")), None);
+        assert_eq!(parse_summary(&l("tests/test_pool.py ....")), None);
+    }
+}
