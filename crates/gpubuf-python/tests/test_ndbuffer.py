@@ -115,6 +115,18 @@ def test_cpu_view_of_pool_array_holds_its_block(cpu):
     assert pool.active_blocks == 0
 
 
+def test_cpu_views_of_two_pool_arrays_in_one_segment(cpu):
+    pool = gpubuf.MemoryPool(cpu)
+    a, b = pool.zeros(64, "int32"), pool.zeros(64, "int32")
+    va, vb = a.to_numpy(), b.to_numpy()
+    assert address(va) != address(vb)
+    va[:] = 1
+    vb[:] = 2
+    np.testing.assert_array_equal(a.copy().to_numpy(), np.ones(64, np.int32))
+    np.testing.assert_array_equal(b.copy().to_numpy(), np.full(64, 2, np.int32))
+    assert address(np.from_dlpack(b)) == address(vb)
+
+
 def test_cpu_strides_of_views_follow_numpy(cpu):
     a = gpubuf.NDBuffer.from_numpy(np.arange(12, dtype=np.int32).reshape(3, 4), cpu)
     assert a.strides == (16, 4)
