@@ -96,12 +96,18 @@ pub struct PyMemoryPool {
 #[pymethods]
 impl PyMemoryPool {
     #[new]
-    #[pyo3(signature = (allocator, leading_bits_in_bin_id = 4, limit = None))]
+    #[pyo3(signature = (allocator, leading_bits_in_bin_id = None, limit = None))]
     fn new(
         allocator: &Bound<'_, PyAny>,
-        leading_bits_in_bin_id: u32,
+        leading_bits_in_bin_id: Option<&Bound<'_, PyAny>>,
         limit: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
+        let leading_bits_in_bin_id = match leading_bits_in_bin_id {
+            None => 4,
+            Some(b) => {
+                u32::try_from(bytes_arg(b)?).map_err(|_| invalid("leading_bits_in_bin_id is too large"))?
+            }
+        };
         let (device, immediate) = if let Ok(b) = allocator.cast::<PyBackend>() {
             (b.get().device.clone(), true)
         } else if let Ok(a) = allocator.cast::<PyImmediateAllocator>() {

@@ -76,6 +76,9 @@ def test_bins_follow_pyopencl(cpu):
     assert gpubuf.MemoryPool(cpu, leading_bits_in_bin_id=2).bin_number(1000) == (9 << 2) | 3
     with pytest.raises(gpubuf.InvalidArgumentError):
         gpubuf.MemoryPool(cpu, leading_bits_in_bin_id=17)
+    for bad in (-1, 2**40, "4"):
+        with pytest.raises(gpubuf.InvalidArgumentError):
+            gpubuf.MemoryPool(cpu, leading_bits_in_bin_id=bad)
     with pytest.raises(gpubuf.InvalidArgumentError):
         pool.bin_number(-1)
 
