@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// A handle to one CUDA device (its primary context), with a default stream, pinned
-/// staging memory and the NVRTC-built plan kernels. Clones share all of it.
+/// staging memory and the plan kernels (embedded images, see [`crate::aot`]). Clones share all of it.
 #[derive(Clone)]
 pub struct CudaBackend {
     pub(crate) inner: Arc<Inner>,
