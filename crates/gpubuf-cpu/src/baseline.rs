@@ -4,7 +4,8 @@
 //! [`row_gather`] reads each segment's box row by row in ascending array addresses (outer
 //! axes sorted by stride, negative strides walked forwards, axes dense in the array folded
 //! into longer rows) and writes the rows one after the other into the segment's buffer
-//! range; [`row_scatter`] does the reverse. The array side is touched exactly as a plan
+//! range; [`row_scatter`] does the reverse. Segments are the tasks, run as the plan
+//! executor runs its own: by the calling thread and the rayon pool together. The array side is touched exactly as a plan
 //! gather or scatter touches it, the buffer side sequentially, with no rotation, negation,
 //! work units, streaming stores or prefetch. For a plan whose boxes are in the array's
 //! memory order on both sides (an unrotated halo) this is the plan's own result; for a
@@ -29,7 +30,6 @@ use crate::kernels::{Ptr, PARALLEL, SERIAL_BELOW};
 use crate::memory::lock_all;
 use crate::CpuMemory;
 use gpubuf_core::{check_plan_args, check_scatter_args, CopyPlan, DType, MemRef, Result, Segment};
-use rayon::prelude::*;
 
 /// One segment as plain rows, in bytes: the array position of its first row, the row
 /// length, and the outer axes (count, stride), outermost first, all strides positive.
@@ -124,8 +124,8 @@ unsafe fn run(plan: &CopyPlan, dtype: DType, arrays: &[*mut u8], buffer: *mut u8
         plan.segments().iter().filter(|s| !s.is_empty()).map(|s| Walk::new(s, size)).collect();
     let arrays: Vec<Ptr> = arrays.iter().map(|&p| Ptr(p)).collect();
     let buffer = Ptr(buffer);
-    let one = |w: &Walk| {
-        let a = arrays[w.source].0;
+    let one = move |w: &Walk| {
+        let a = arrays[w.source].get();
         w.each_row(|pa, pb| {
             // SAFETY: row `pa..pa + row` lies in the segment's box inside the array and
             // `pb..pb + row` in its buffer range (plan validation); the buffer shares no
@@ -144,7 +144,10 @@ unsafe fn run(plan: &CopyPlan, dtype: DType, arrays: &[*mut u8], buffer: *mut u8
     if plan.total().saturating_mul(size) < SERIAL_BELOW || !PARALLEL {
         walks.iter().for_each(one);
     } else {
-        walks.par_iter().for_each(one);
+        // One task per segment, on the calling thread and the pool, as the plan executor
+        // runs its tasks.
+        // SAFETY: `team` returns only after every segment was moved, during this call.
+        unsafe { crate::team::team(walks.len(), rayon::current_num_threads(), move |k| one(&walks[k])) };
     }
 }
 

@@ -3,16 +3,19 @@
 //! Each segment's axes are reordered so the array is walked in memory order (the buffer
 //! side then takes strides too), and axes contiguous on both sides are folded into longer
 //! rows. Work is cut into units of whole rows (the innermost axis) of about [`UNIT`]
-//! elements, so one huge segment and many small ones both spread over the thread pool.
-//! How each row moves (copy, streaming stores, prefetch) is in [`crate::rows`]. Plans
-//! smaller than [`SERIAL_BELOW`] bytes run on the calling thread.
+//! elements, and consecutive units (of one huge segment or of many small ones) are
+//! grouped into tasks of about [`TASK_BYTES`], which the calling thread and rayon helpers
+//! claim from one counter ([`crate::team`]): the caller starts at once instead of waiting
+//! for a pool thread to be scheduled. How each row moves (copy, streaming stores,
+//! prefetch) is in [`crate::rows`]. Plans smaller than [`SERIAL_BELOW`] bytes run on the
+//! calling thread alone.
 
 use gpubuf_core::{CopyPlan, DType, Segment};
-use rayon::prelude::*;
 
 /// Elements per parallel work unit (rows are never split).
 const UNIT: usize = 32 * 1024;
-/// Plans moving fewer bytes than this run serially (rayon's fork cost dominates below it).
+/// Plans moving fewer bytes than this run serially (a hand-over to another thread costs
+/// more than it saves below it).
 pub(crate) const SERIAL_BELOW: usize = 256 * 1024;
 
 /// Whether work may go to rayon's pool. Not under Miri: rayon's deques use
@@ -177,14 +180,15 @@ pub(crate) unsafe fn execute(
     // The plan's bytes fit the buffer (`check_plan_args`): the product never saturates.
     let bytes = plan.total().saturating_mul(dtype.size());
     let stream = dir == Direction::Gather && bytes >= crate::rows::STREAM_FROM;
-    let run = |&u: &Unit| {
+    let size = dtype.size();
+    let run = move |jobs: &[Job], u: Unit| {
         let j = &jobs[u.0];
         let a = arrays[j.source];
         let how = crate::rows::How { dir, float, stream };
         // SAFETY: forwarded from this function's contract; a job visits exactly the
         // elements of its segment, in another order.
         unsafe {
-            match dtype.size() {
+            match size {
                 1 => crate::rows::rows::<u8>(j, u, a, buffer, how),
                 2 => crate::rows::rows::<u16>(j, u, a, buffer, how),
                 4 => crate::rows::rows::<u32>(j, u, a, buffer, how),
@@ -192,12 +196,49 @@ pub(crate) unsafe fn execute(
             }
         }
     };
-    if bytes < SERIAL_BELOW || !PARALLEL {
-        units.iter().for_each(run);
-    } else {
-        units.par_iter().for_each(run);
+    let tasks = tasks(bytes);
+    if tasks <= 1 {
+        units.iter().for_each(|&u| run(&jobs, u));
+        return;
     }
+    // Consecutive units grouped into `tasks` runs of about equal elements, so many small
+    // segments cost a few claims, not one hand-over each.
+    let per = plan.total().div_ceil(tasks).max(1);
+    let mut groups = Vec::with_capacity(tasks + 1);
+    let (mut from, mut acc) = (0, 0);
+    for (k, u) in units.iter().enumerate() {
+        acc += (u.2 - u.1) * (u.4 - u.3);
+        if acc >= per {
+            groups.push(from..k + 1);
+            (from, acc) = (k + 1, 0);
+        }
+    }
+    if from < units.len() {
+        groups.push(from..units.len());
+    }
+    // SAFETY: `team` returns only after every group ran, so the pointers `run` captured
+    // are only used during this call (this function's contract); groups cover disjoint
+    // units, hence disjoint written elements.
+    unsafe {
+        crate::team::team(groups.len(), rayon::current_num_threads(), move |g| {
+            units[groups[g].clone()].iter().for_each(|&u| run(&jobs, u))
+        })
+    };
 }
+
+/// Tasks a plan of `bytes` is split into: 1 below [`SERIAL_BELOW`] (the calling thread
+/// alone), otherwise one per [`TASK_BYTES`]. Tasks are claimed from a counter, not forked,
+/// so many cost little, and small ones bound the wait for a thread the scheduler
+/// preempted in the middle of one (measured on a loaded machine: docs/halo.md).
+fn tasks(bytes: usize) -> usize {
+    if bytes < SERIAL_BELOW || !PARALLEL {
+        return 1;
+    }
+    bytes.div_ceil(TASK_BYTES)
+}
+
+/// Bytes per task of a parallel plan (as [`par_memcpy`]'s chunks).
+const TASK_BYTES: usize = 256 * 1024;
 
 /// A unit of work: rows `r0..r1` of job `seg`, columns `c0..c1` of each.
 pub(crate) type Unit = (usize, usize, usize, usize, usize);
@@ -235,18 +276,21 @@ fn work_units(jobs: &[Job]) -> Vec<Unit> {
 /// `src` is valid for `len` reads and `dst` for `len` writes; the ranges do not overlap
 /// and nothing else writes `dst` or `src` during the call.
 pub(crate) unsafe fn par_memcpy(dst: *mut u8, src: *const u8, len: usize) {
-    const CHUNK: usize = 256 * 1024;
+    const CHUNK: usize = TASK_BYTES;
     if len < SERIAL_BELOW || !PARALLEL {
         // SAFETY: forwarded from the contract.
         unsafe { std::ptr::copy_nonoverlapping(src, dst, len) };
         return;
     }
     let (d, s) = (Ptr(dst), Ptr(src as *mut u8));
-    (0..len.div_ceil(CHUNK)).into_par_iter().for_each(|k| {
+    let copy = move |k: usize| {
         let at = k * CHUNK;
         let n = CHUNK.min(len - at);
         // SAFETY: chunk `k` covers bytes `at..at + n`, inside both ranges; chunks are
         // disjoint, so no two threads write the same byte.
         unsafe { std::ptr::copy_nonoverlapping(s.get().add(at), d.get().add(at), n) };
-    });
+    };
+    // SAFETY: `team` returns only after every chunk was copied, while the ranges are valid
+    // (the contract).
+    unsafe { crate::team::team(len.div_ceil(CHUNK), rayon::current_num_threads(), copy) };
 }

@@ -34,6 +34,7 @@ pub mod interop;
 mod kernels;
 mod memory;
 mod rows;
+mod team;
 mod view;
 
 pub use array::{with_array, with_array_mut, CpuStorage};
