@@ -119,6 +119,9 @@ enum Command {
         /// Smaller sizes, for a smoke run.
         #[arg(long)]
         quick: bool,
+        /// `halo`: also report warm figures (caches not evicted) beside the cold ones.
+        #[arg(long)]
+        warm: bool,
         /// List the benchmarks.
         #[arg(long)]
         list: bool,
@@ -159,11 +162,11 @@ fn main() -> ExitCode {
                 demo::run(backend.into(), &opts)
             })
         }
-        Command::Bench { name, backend, json, plot, reps, quick, list } => match name {
+        Command::Bench { name, backend, json, plot, reps, quick, warm, list } => match name {
             Some(name) if !list => {
                 let checked = plot.as_deref().map_or(Ok(()), plot::check_path);
                 checked.and_then(|()| {
-                    let opts = bench::Options { reps: reps.max(1), quick, json, plot };
+                    let opts = bench::Options { reps: reps.max(1), quick, json, plot, warm };
                     bench::run(&name, backend.into(), &opts)
                 })
             }

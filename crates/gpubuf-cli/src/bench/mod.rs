@@ -26,6 +26,8 @@ pub struct Options {
     pub json: bool,
     /// Chart path (`.png` or `.svg`).
     pub plot: Option<PathBuf>,
+    /// Also measure with warm caches (`gpubuf bench halo`: nothing evicted between runs).
+    pub warm: bool,
 }
 
 /// One measured figure. `baseline` is the comparison measured in the same run and `ratio`
