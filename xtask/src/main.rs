@@ -4,8 +4,9 @@
 //!   docs with warnings denied, the check that the embedded CUDA kernels match their
 //!   sources (`cuda-kernels` below), and the tests of every backend that can run here; prints
 //!   one line per backend (`backend <name>: ran N tests | skipped (<reason>)`), then the
-//!   hostile-input suites in release, Miri over the CPU crates, the MPI tests and demo, and
-//!   the examples. The closing `N passed, M failed` line counts every failed test and step.
+//!   hostile-input suites in release, Miri over the CPU crates, the MPI tests and demo, the
+//!   Python package (wheel and pytest suite, in a venv under the target folder), and the
+//!   examples. The closing `N passed, M failed` line counts every failed test and step.
 //!   Under `CI=true` a skipped CPU or OpenCL backend fails the run.
 //! * `install-deps`: only the installing.
 //! * `gpu-bundle`: builds the test and bench binaries with CUDA into `gpu-bundle/`.
@@ -20,6 +21,7 @@ mod cudagen;
 mod deps;
 mod miri;
 mod mpi;
+mod python;
 mod sh;
 mod summary;
 mod tests;

@@ -3,7 +3,7 @@
 use crate::deps;
 use crate::sh::{capture, run_ok, run_tee};
 use crate::summary::{count, Tally};
-use crate::{cudagen, miri, mpi};
+use crate::{cudagen, miri, mpi, python};
 use std::collections::BTreeMap;
 use std::process::Command;
 
@@ -129,6 +129,16 @@ pub fn test_all() -> bool {
 
     miri::run(&mut tally);
     mpi::run(&mut tally);
+
+    // The Python package: its wheel built by maturin in a venv, its pytest suite.
+    match python::run(&require.join(",")) {
+        Ok(c) => {
+            tally.passed += c.passed;
+            tally.failed += c.failed;
+            tally.note(format!("python: {} passed, {} failed, {} skipped", c.passed, c.failed, c.skipped));
+        }
+        Err(e) => tally.fail(format!("python: FAILED ({e})")),
+    }
 
     // The examples must run as written, on every backend that can run here.
     let mut backends = vec!["cpu"];
