@@ -1,13 +1,6 @@
 //! Copy plans on OpenCL: programs built once per context and cached, plan tables uploaded
 //! once per plan, and one kernel launch per plan.
 //!
-//! A plan runs in blocks (gpubuf-core's `encode_blocks`): one work-group per block of
-//! consecutive buffer elements, or per tile of a transposed segment, one element per
-//! work-item. The work-group size is chosen per device type from device queries: 256 on
-//! GPUs; on CPU devices (PoCL), where a work-group runs as a loop over its work-items
-//! vectorised across them, the largest the device allows up to 4096, so fewer blocks pay
-//! the per-block setup. [`CHUNK_ENV`] overrides it.
-//!
 //! OpenCL 1.2 kernels cannot read buffer pointers from memory, so sources are kernel
 //! arguments: a program is built for a number of source *slots* (a power of two up to
 //! what `CL_DEVICE_MAX_PARAMETER_SIZE` allows, at most 64), unused slots bound to a
@@ -17,7 +10,7 @@
 use crate::backend::{ClStream, OpenClBackend};
 use crate::error::maybe_oom;
 use crate::memory::ClMemory;
-use gpubuf_core::encode::{encode_blocks, BlockShape};
+use gpubuf_core::encode::encode;
 use gpubuf_core::{
     check_plan_args, check_scatter_args, BackendKind, CopyPlan, DType, Error, Kernels, MemRef, PreparedPlan,
     Result,
@@ -40,25 +33,20 @@ pub const PLAN_SOURCE: &str = include_str!("../../../kernels/opencl/plan.cl");
 /// Most source slots a program is built with.
 pub const MAX_SLOTS: usize = 64;
 
-/// The environment variable that overrides the plan kernels' work-group size (buffer
-/// elements per block), on any device type. The value is rounded down to a power of four
-/// and to what the device allows.
+/// The environment variable that sets the buffer elements per work-item on CPU devices.
 pub const CHUNK_ENV: &str = "GPUBUF_CL_CHUNK";
 
-/// The largest accepted [`CHUNK_ENV`] value.
+/// The largest accepted [`CHUNK_ENV`] value (a work-item moving more would leave most of a
+/// CPU device idle on all but huge plans).
 pub const MAX_CHUNK: usize = 1 << 16;
 
-/// Work-group size on CPU devices when [`CHUNK_ENV`] is not set (rounded down to the
-/// device's limit).
-const DEFAULT_CHUNK: usize = gpubuf_core::encode::MAX_GROUP;
+/// Elements per work-item on CPU devices when [`CHUNK_ENV`] is not set.
+const DEFAULT_CHUNK: usize = 64;
 
-/// Work-group size on GPUs when [`CHUNK_ENV`] is not set.
-const GPU_CHUNK: usize = 256;
-
-/// The chunk [`CHUNK_ENV`] asks for: `default` when unset, else an integer in
+/// The chunk [`CHUNK_ENV`] asks for: the default when unset, else an integer in
 /// `1..=MAX_CHUNK`.
-fn chunk_from(value: Option<&str>, default: usize) -> Result<usize> {
-    let Some(v) = value else { return Ok(default) };
+fn chunk_from(value: Option<&str>) -> Result<usize> {
+    let Some(v) = value else { return Ok(DEFAULT_CHUNK) };
     v.trim()
         .parse::<usize>()
         .ok()
@@ -74,9 +62,9 @@ pub(crate) struct ProgramCache {
 }
 
 pub(crate) struct ClProgram {
-    /// Work-group size and tile the program was built with (its `GROUP` and `TILE`):
-    /// plans are cut and launched by it, whatever the environment says later.
-    shape: BlockShape,
+    /// Buffer elements per work-item the program was built with (its `CHUNK`): launches
+    /// size their grid by it, whatever the environment says later.
+    chunk: usize,
     // Kernels by width index (1, 2, 4, 8 bytes). A kernel's arguments are set and the
     // launch enqueued under its lock: clSetKernelArg is not thread-safe per kernel.
     gather: Vec<Mutex<Kernel>>,
@@ -84,24 +72,21 @@ pub(crate) struct ClProgram {
     _program: Program,
 }
 
-/// The prelude defining `GROUP`, `TILE`, `SRC_PARAMS` and `SRC_PICK` for `slots` source
-/// slots and work-groups of `group` work-items. Arguments outside what a program can be
-/// built with are clamped: `slots` to `1..=MAX_SLOTS`, `group` as [`BlockShape::new`] does.
-/// `SRC_PICK` is a chain of selects, not a switch: it runs once per block, and branches
-/// there would keep PoCL from vectorising the block's moves.
-pub fn prelude(slots: usize, group: usize) -> String {
+/// The prelude defining `CHUNK`, `SRC_PARAMS` and `SRC_PICK` for `slots` source slots.
+/// Arguments outside what a program can be built with are clamped: `slots` to
+/// `1..=MAX_SLOTS`, `chunk` to `1..=MAX_CHUNK`.
+pub fn prelude(slots: usize, chunk: usize) -> String {
     let slots = slots.clamp(1, MAX_SLOTS);
-    let shape = BlockShape::new(group);
-    let mut s =
-        format!("#define GROUP {}\n#define TILE {}\n#define SRC_PARAMS(T)", shape.group(), shape.tile());
+    let chunk = chunk.clamp(1, MAX_CHUNK);
+    let mut s = format!("#define CHUNK {chunk}\n#define SRC_PARAMS(T)");
     for i in 0..slots {
         let _ = write!(s, " , __global T* s{i}");
     }
-    s.push_str("\n#define SRC_PICK(i, p) { p = s0;");
-    for i in 1..slots {
-        let _ = write!(s, " p = (i) == {i} ? s{i} : p;");
+    s.push_str("\n#define SRC_PICK(i, p) switch (i) {");
+    for i in 0..slots {
+        let _ = write!(s, " case {i}: p = s{i} + offs[{i}]; break;");
     }
-    s.push_str(" p += offs[i]; }\n");
+    s.push_str(" default: break; }\n");
     s
 }
 
@@ -121,36 +106,20 @@ impl OpenClBackend {
         slots
     }
 
-    /// The work-group size asked for programs built now: [`CHUNK_ENV`] when set, else
-    /// 256 on GPUs and 4096 on other devices. Programs round it down to a power of four
-    /// that the device's work-group limit and local memory allow ([`Self::block_shape`]),
-    /// and keep the shape they were built with.
+    /// Buffer elements per work-item for programs built now: 1 on GPUs (coalesced); on
+    /// CPU-like devices [`CHUNK_ENV`] when set, else 64. A program keeps the chunk it was
+    /// built with.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] when [`CHUNK_ENV`] is set to anything but an integer in
-    /// `1..=MAX_CHUNK` (a plan preparation that needs a new program then fails with this
-    /// error).
+    /// [`Error::InvalidArgument`] when [`CHUNK_ENV`] is set on a CPU-like device to anything
+    /// but an integer in `1..=MAX_CHUNK` (0 would move nothing; a plan preparation that
+    /// needs a new program then fails with this error).
     pub fn chunk(&self) -> Result<usize> {
-        let default = if self.inner.is_gpu { GPU_CHUNK } else { DEFAULT_CHUNK };
-        chunk_from(std::env::var(CHUNK_ENV).ok().as_deref(), default)
-    }
-
-    /// The block shape programs built now use: [`Self::chunk`] rounded down to a power of
-    /// four within `CL_DEVICE_MAX_WORK_GROUP_SIZE`, with a tile of 8-byte elements that
-    /// fits `CL_DEVICE_LOCAL_MEM_SIZE`.
-    ///
-    /// # Errors
-    /// As [`Self::chunk`].
-    pub fn block_shape(&self) -> Result<BlockShape> {
-        let device = &self.inner.entry.device;
-        let max = device.max_work_group_size().unwrap_or(1).max(1);
-        let local = usize::try_from(device.local_mem_size().unwrap_or(0)).unwrap_or(usize::MAX);
-        let mut shape = BlockShape::new(self.chunk()?.min(max));
-        // A tile holds tile * (tile + 1) elements of up to 8 bytes, beside a small header.
-        while shape.group() > 1 && (shape.tile() * (shape.tile() + 1) * 8).saturating_add(512) > local {
-            shape = BlockShape::new(shape.group() / 4);
+        if self.inner.is_gpu {
+            Ok(1)
+        } else {
+            chunk_from(std::env::var(CHUNK_ENV).ok().as_deref())
         }
-        Ok(shape)
     }
 
     /// Builds (once) and returns the program for `slots` source slots.
@@ -160,8 +129,8 @@ impl OpenClBackend {
             return Ok(p.clone());
         }
         let _span = tracing::debug_span!("opencl.build", slots).entered();
-        let shape = self.block_shape()?;
-        let src = format!("{}{}", prelude(slots, shape.group()), PLAN_SOURCE);
+        let chunk = self.chunk()?;
+        let src = format!("{}{}", prelude(slots, chunk), PLAN_SOURCE);
         let program = self.build_program(&src)?;
         let kernels = |prefix: &str| -> Result<Vec<Mutex<Kernel>>> {
             [1, 2, 4, 8]
@@ -174,7 +143,7 @@ impl OpenClBackend {
                 .collect()
         };
         let p = Arc::new(ClProgram {
-            shape,
+            chunk,
             gather: kernels("gather")?,
             scatter: kernels("scatter")?,
             _program: program,
@@ -238,10 +207,9 @@ struct Part {
     sources: Vec<usize>,
     program: Arc<ClProgram>,
     segs: ClMemory,
-    groups: ClMemory,
+    starts: ClMemory,
     nseg: i32,
-    /// Work-groups of one launch.
-    blocks: usize,
+    total: i64,
     /// Element offsets of the slots in the last launch, and the buffer holding them.
     offsets: Mutex<(Vec<i64>, Option<Arc<ClMemory>>)>,
 }
@@ -261,19 +229,15 @@ impl Kernels for OpenClBackend {
     fn prepare(&self, plan: &CopyPlan, dtype: DType) -> Result<ClPlan> {
         let mut parts = Vec::new();
         for (sources, sub) in plan.split_by_source(self.max_slots())? {
-            let program = self.program(sources.len().next_power_of_two())?;
-            let enc = encode_blocks(&sub, program.shape);
-            if enc.blocks() == 0 {
-                continue;
-            }
+            let enc = encode(&sub);
             let nseg = i32::try_from(enc.nseg()).map_err(|_| Error::plan("more than 2^31 segments"))?;
             parts.push(Part {
-                program,
+                program: self.program(sources.len().next_power_of_two())?,
                 sources,
                 segs: ClMemory::from_words(&self.inner.context, &enc.segments)?,
-                groups: ClMemory::from_words(&self.inner.context, &enc.groups)?,
+                starts: ClMemory::from_words(&self.inner.context, &enc.starts)?,
                 nseg,
-                blocks: enc.blocks(),
+                total: i64::try_from(enc.total).map_err(|_| Error::plan("more than 2^63 elements"))?,
                 offsets: Mutex::new((Vec::new(), None)),
             });
         }
@@ -347,27 +311,28 @@ impl OpenClBackend {
                     None => placeholder.raw(),
                 })
                 .collect();
-            // SAFETY: argument types match plan.cl: (long*, long*, int, int, T*, long, long*,
-            // T* x slots); every cl_mem is a live buffer of this context.
+            // SAFETY: argument types match plan.cl: (long*, long*, int, long, int, T*, long,
+            // long*, T* x slots); every cl_mem is a live buffer of this context.
             unsafe {
                 arg(&kernel, 0, &part.segs.raw())?;
-                arg(&kernel, 1, &part.groups.raw())?;
+                arg(&kernel, 1, &part.starts.raw())?;
                 arg(&kernel, 2, &part.nseg)?;
-                arg(&kernel, 3, &is_float)?;
-                arg(&kernel, 4, &buffer.memory.raw())?;
-                arg(&kernel, 5, &buf_off)?;
-                arg(&kernel, 6, &offsets.raw())?;
+                arg(&kernel, 3, &part.total)?;
+                arg(&kernel, 4, &is_float)?;
+                arg(&kernel, 5, &buffer.memory.raw())?;
+                arg(&kernel, 6, &buf_off)?;
+                arg(&kernel, 7, &offsets.raw())?;
                 for (i, m) in mems.iter().enumerate() {
-                    arg(&kernel, 7 + i as u32, m)?;
+                    arg(&kernel, 8 + i as u32, m)?;
                 }
             }
-            let local = part.program.shape.group();
-            let global = part
-                .blocks
-                .checked_mul(local)
-                .ok_or_else(|| Error::plan(format!("{} blocks exceed one launch", part.blocks)))?;
-            // SAFETY: all arguments are set; one work-group of `local` (the kernel's
-            // reqd_work_group_size) per block of the table.
+            // `chunk` is at least 1 (`chunk_from`); `total` at most isize::MAX.
+            let global = usize::try_from(part.total)
+                .ok()
+                .and_then(|t| t.div_ceil(part.program.chunk.max(1)).div_ceil(64).checked_mul(64))
+                .ok_or_else(|| Error::plan(format!("{} elements exceed one launch", part.total)))?;
+            // SAFETY: all arguments are set; the work size covers `total` items, and the
+            // kernel returns early for the rounding surplus.
             let ev = unsafe {
                 enqueue_nd_range_kernel(
                     stream.queue.get(),
@@ -375,7 +340,7 @@ impl OpenClBackend {
                     1,
                     ptr::null(),
                     &global,
-                    &local,
+                    ptr::null(),
                     0,
                     ptr::null(),
                 )
@@ -423,20 +388,17 @@ mod tests {
     #[test]
     fn prelude_clamps_its_arguments() {
         assert_eq!(super::prelude(usize::MAX, 0), super::prelude(super::MAX_SLOTS, 1));
-        let p = super::prelude(0, usize::MAX);
-        assert!(p.contains("#define GROUP 4096\n#define TILE 64\n"), "{p}");
-        assert!(super::prelude(2, 300).contains("#define GROUP 256\n#define TILE 16\n"));
+        assert!(super::prelude(0, usize::MAX).contains(&format!("#define CHUNK {MAX_CHUNK}\n")));
     }
 
     #[test]
     fn chunk_setting_is_checked() {
-        assert_eq!(chunk_from(None, DEFAULT_CHUNK).unwrap(), DEFAULT_CHUNK);
-        assert_eq!(chunk_from(None, 7).unwrap(), 7);
-        assert_eq!(chunk_from(Some("1"), 7).unwrap(), 1);
-        assert_eq!(chunk_from(Some(" 128 "), 7).unwrap(), 128);
-        assert_eq!(chunk_from(Some(&MAX_CHUNK.to_string()), 7).unwrap(), MAX_CHUNK);
+        assert_eq!(chunk_from(None).unwrap(), DEFAULT_CHUNK);
+        assert_eq!(chunk_from(Some("1")).unwrap(), 1);
+        assert_eq!(chunk_from(Some(" 128 ")).unwrap(), 128);
+        assert_eq!(chunk_from(Some(&MAX_CHUNK.to_string())).unwrap(), MAX_CHUNK);
         for bad in ["0", "-1", "", "x", "65537", "18446744073709551615", "99999999999999999999999"] {
-            assert!(chunk_from(Some(bad), 7).is_err(), "{bad:?} is refused");
+            assert!(chunk_from(Some(bad)).is_err(), "{bad:?} is refused");
         }
     }
 }
