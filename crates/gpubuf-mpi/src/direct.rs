@@ -56,3 +56,14 @@ pub(crate) fn places<B: Kernels, T: Element>(
         _ => Err(Error::invalid("a halo buffer cannot be handed to MPI in place")),
     }
 }
+
+/// Whether both buffers of `t` are host memory of the CPU backend (the quantities are then
+/// host memory too: a transformer's quantities live on its backend).
+///
+/// # Errors
+/// [`Error::InvalidArgument`] after the transformer was finalized (not reached: the updater
+/// never finalizes its transformers).
+pub(crate) fn host<B: Kernels, T: Element>(t: &HaloDataTransformer<B, T>) -> Result<bool> {
+    let cpu = |b: &Buffer<B>| (&**b.memory() as &dyn Any).downcast_ref::<CpuMemory>().is_some();
+    Ok(cpu(t.pack_buffer()?) && cpu(t.unpack_buffer()?))
+}

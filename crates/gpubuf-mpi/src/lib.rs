@@ -19,7 +19,10 @@
 mod aware;
 mod comm;
 mod direct;
+mod hostplan;
+mod phases;
 mod requests;
+mod shm;
 mod staging;
 mod tags;
 mod updater;
@@ -27,4 +30,5 @@ mod updater;
 pub use aware::{cuda_aware, CudaAware, CUDA_AWARE_ENV};
 pub use comm::Comm;
 pub use mpi;
+pub use phases::Phases;
 pub use updater::HaloUpdater;

@@ -3,13 +3,13 @@
 //! for every update and freed with the updater.
 
 use gpubuf_core::{Error, Result};
-use mpi::ffi::{self, MPI_Request};
-use mpi::raw::AsRaw;
-use mpi::topology::SimpleCommunicator;
+use mpi::ffi::{self, MPI_Comm, MPI_Request};
 use std::ffi::{c_int, c_void};
 
 /// One message of a link: its peer, tag, and the bytes MPI reads or writes.
 pub(crate) struct Message {
+    /// Communicator (a handle that outlives the requests).
+    pub comm: MPI_Comm,
     /// Peer rank.
     pub rank: c_int,
     /// Tag.
@@ -29,6 +29,8 @@ pub(crate) struct Requests {
     /// Which requests are started and not completed.
     recv_active: Vec<bool>,
     send_active: Vec<bool>,
+    /// Whether `Drop` cancels active receives instead of waiting for their messages.
+    cancel_on_drop: bool,
 }
 
 fn check(code: c_int, what: &str) -> Result<()> {
@@ -43,24 +45,25 @@ impl Requests {
     /// Creates the persistent requests (no message moves yet).
     ///
     /// # Safety
-    /// Every message's `ptr..ptr + len` must stay valid (allocated, not moved) until the
-    /// returned value is dropped, and nothing but MPI may read a receive's bytes or write a
+    /// Every message's `ptr..ptr + len` and communicator must stay valid (allocated, not
+    /// moved, not freed) until the returned value is dropped, and nothing but MPI may read a receive's bytes or write a
     /// send's bytes while its request is active.
     ///
     /// # Errors
     /// MPI errors (with an error handler that returns them).
-    pub(crate) unsafe fn new(
-        comm: &SimpleCommunicator,
-        recvs: &[Message],
-        sends: &[Message],
-    ) -> Result<Self> {
-        let mut r =
-            Requests { recv: Vec::new(), send: Vec::new(), recv_active: Vec::new(), send_active: Vec::new() };
+    pub(crate) unsafe fn new(recvs: &[Message], sends: &[Message], cancel_on_drop: bool) -> Result<Self> {
+        let mut r = Requests {
+            recv: Vec::new(),
+            send: Vec::new(),
+            recv_active: Vec::new(),
+            send_active: Vec::new(),
+            cancel_on_drop,
+        };
         for (messages, send) in [(recvs, false), (sends, true)] {
             for m in messages {
                 // SAFETY: reads an immutable handle constant of the MPI library.
                 let mut req = unsafe { ffi::RSMPI_REQUEST_NULL };
-                let (buf, count, comm) = (m.ptr.cast::<c_void>(), m.len as c_int, comm.as_raw());
+                let (buf, count, comm) = (m.ptr.cast::<c_void>(), m.len as c_int, m.comm);
                 // SAFETY: MPI writes the request slot; the buffer's validity while the
                 // request lives is the caller's promise; the count fits (messages are at
                 // most i32::MAX bytes).
@@ -95,6 +98,32 @@ impl Requests {
             // SAFETY: an inactive persistent request of this value.
             check(unsafe { ffi::MPI_Start(req) }, "MPI_Start")?;
             *active = true;
+        }
+        Ok(())
+    }
+
+    /// Starts the receive of link `k`.
+    pub(crate) fn start_receive(&mut self, k: usize) -> Result<()> {
+        let (Some(req), Some(active)) = (self.recv.get_mut(k), self.recv_active.get_mut(k)) else {
+            return Err(Error::invalid(format!("no link {k}")));
+        };
+        if !*active {
+            // SAFETY: an inactive persistent request of this value.
+            check(unsafe { ffi::MPI_Start(req) }, "MPI_Start")?;
+            *active = true;
+        }
+        Ok(())
+    }
+
+    /// Waits for the receive of link `k`, if it is active.
+    pub(crate) fn wait_receive(&mut self, k: usize) -> Result<()> {
+        let (Some(req), Some(active)) = (self.recv.get_mut(k), self.recv_active.get_mut(k)) else {
+            return Err(Error::invalid(format!("no link {k}")));
+        };
+        if *active {
+            // SAFETY: an active persistent request of this value; MPI leaves it inactive.
+            check(unsafe { ffi::MPI_Wait(req, ffi::RSMPI_STATUS_IGNORE) }, "MPI_Wait")?;
+            *active = false;
         }
         Ok(())
     }
@@ -155,6 +184,19 @@ impl Requests {
     /// Completes every active request (receives first), ignoring errors: what `Drop` and an
     /// abandoned update need before buffers may go.
     pub(crate) fn complete_all(&mut self) {
+        if self.cancel_on_drop {
+            for (req, active) in self.recv.iter_mut().zip(&mut self.recv_active) {
+                if *active {
+                    // SAFETY: an active persistent request of this value: cancelled, then
+                    // completed (cancelled or matched), which leaves it inactive.
+                    unsafe {
+                        ffi::MPI_Cancel(req);
+                        ffi::MPI_Wait(req, ffi::RSMPI_STATUS_IGNORE);
+                    }
+                    *active = false;
+                }
+            }
+        }
         while let Ok(Some(_)) = self.wait_any_receive() {}
         let _ = self.wait_sends();
     }

@@ -1,8 +1,13 @@
 //! [`HaloUpdater`]: halo updates of several quantities with every neighbour rank.
 
+mod info;
+mod window;
+
 use crate::comm::Comm;
-use crate::direct::{in_place, places};
+use crate::direct::{host, in_place, places};
+use crate::phases::{lap, Phases};
 use crate::requests::{Message, Requests};
+use crate::shm::{self, Shared, Slot, Want};
 use crate::staging::Staging;
 use crate::tags::{self, Claim, Key};
 use gpubuf_buffer::NDBuffer;
@@ -10,8 +15,10 @@ use gpubuf_core::{Element, Error, Kernels, Result};
 use gpubuf_halo::{
     receiving_boundary, Boundary, HaloDataTransformer, HaloExchangeSpec, Partitioner, QuantityHaloSpec,
 };
+use mpi::raw::AsRaw;
 use mpi::topology::{Communicator, SimpleCommunicator};
 use std::collections::BTreeMap;
+use std::time::Instant;
 
 /// One neighbour rank: its transformer and the host staging buffers of its messages.
 struct Link<B: Kernels, T: Element> {
@@ -28,6 +35,9 @@ struct Link<B: Kernels, T: Element> {
     bytes: usize,
     send: Staging,
     recv: Staging,
+    /// The shared-memory slots of a link through the node's window
+    /// ([`HaloUpdater::on_node`]); its messages are then zero-byte notifications.
+    slot: Option<Slot>,
 }
 
 /// The x and (for vectors) y quantity lists of one transformer.
@@ -50,7 +60,9 @@ struct Flight {
 ///
 /// Host-resident pack and unpack buffers (the CPU backend) are handed to MPI in place, and
 /// so are CUDA device buffers when MPI is CUDA-aware ([`crate::cuda_aware`], feature
-/// `cuda`); other device buffers are staged through host memory.
+/// `cuda`); other device buffers are staged through host memory. An updater made with
+/// [`HaloUpdater::on_node`] (collective) instead packs host memory straight into the
+/// receiving rank's shared-memory window when both ranks share a node.
 ///
 /// # Communicator and tags
 /// The updater uses the communicator it is given, borrowed (`&comm`: the updater then
@@ -68,26 +80,24 @@ struct Flight {
 pub struct HaloUpdater<'c, B: Kernels, T: Element> {
     /// Dropped first: completes any active request before the buffers below go.
     requests: Requests,
+    /// Credits of the links through the shared window (by link index; empty requests for
+    /// an updater without them). Active credit receives are cancelled on drop.
+    credits: Requests,
     links: Vec<Link<B, T>>,
     quantities: usize,
     vector: bool,
     in_flight: Option<Flight>,
     /// Bytes copied through the host staging buffers so far (both ways).
     staged: usize,
+    /// Time per phase of the completed updates.
+    phases: Phases,
+    /// Time per phase of the update in flight, added to `phases` when it completes.
+    current: Phases,
+    /// The node's shared window, freed (collectively) after every request completed.
+    shared: Option<Shared>,
     /// Released once every request is complete.
     _claim: Claim,
     comm: Comm<'c>,
-}
-
-impl<B: Kernels, T: Element> std::fmt::Debug for HaloUpdater<'_, B, T> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("HaloUpdater")
-            .field("rank", &self.comm.get().rank())
-            .field("neighbors", &self.links.iter().map(|l| l.rank).collect::<Vec<_>>())
-            .field("quantities", &self.quantities)
-            .field("vector", &self.vector)
-            .finish()
-    }
 }
 
 fn boundary_index(b: Boundary) -> usize {
@@ -99,7 +109,9 @@ impl<'c, B: Kernels, T: Element> HaloUpdater<'c, B, T> {
     /// quantity `q` (for vectors its x component, with `y[q]` its y component). `name`
     /// identifies the updater on every rank (it seeds the message tags).
     ///
-    /// Not collective: nothing is sent until [`HaloUpdater::start`].
+    /// Not collective: nothing is sent until [`HaloUpdater::start`]. Every message goes
+    /// through MPI; [`HaloUpdater::on_node`] moves the ones between host-memory ranks of
+    /// one node through shared memory instead.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] when the communicator size differs from the
@@ -117,7 +129,47 @@ impl<'c, B: Kernels, T: Element> HaloUpdater<'c, B, T> {
         y: Option<&[QuantityHaloSpec]>,
         name: &str,
     ) -> Result<Self> {
-        let comm: Comm<'c> = comm.into();
+        Self::build(backend, comm.into(), partitioner, x, y, name, false)
+    }
+
+    /// As [`HaloUpdater::new`], with the messages between ranks of one node moved through
+    /// shared memory when both sides' buffers are host memory (the CPU backend): each
+    /// rank's receive slots lie in an `MPI_Win_allocate_shared` window of the node, the
+    /// sender packs straight into the receiver's slot and sends a zero-byte notification,
+    /// and the receiver unpacks straight from its slot, then returns a zero-byte credit
+    /// (on a duplicate of the communicator) that the sender waits for before it packs into
+    /// that slot again. The halo bytes then move twice per update (pack, unpack) instead of
+    /// three times (pack, MPI's copy, unpack). Links to other nodes, and every link of a
+    /// backend whose memory is not host memory, pass messages as [`HaloUpdater::new`] does.
+    ///
+    /// **Collective** over `comm`: every rank calls it (in the same order relative to other
+    /// collective calls), and dropping the updater is collective over the node's ranks
+    /// (the window is freed with `MPI_Win_free`): drop the updaters in the same order on
+    /// every rank. An error on some ranks only (a tag clash with a live updater there)
+    /// leaves the others waiting in the collective calls.
+    ///
+    /// # Errors
+    /// As [`HaloUpdater::new`]; MPI errors making the window.
+    pub fn on_node(
+        backend: &B,
+        comm: impl Into<Comm<'c>>,
+        partitioner: &dyn Partitioner,
+        x: &[QuantityHaloSpec],
+        y: Option<&[QuantityHaloSpec]>,
+        name: &str,
+    ) -> Result<Self> {
+        Self::build(backend, comm.into(), partitioner, x, y, name, true)
+    }
+
+    fn build(
+        backend: &B,
+        comm: Comm<'c>,
+        partitioner: &dyn Partitioner,
+        x: &[QuantityHaloSpec],
+        y: Option<&[QuantityHaloSpec]>,
+        name: &str,
+        on_node: bool,
+    ) -> Result<Self> {
         let world: &SimpleCommunicator = comm.get();
         let size = world.size() as usize;
         let ub = tags::tag_ub(world);
@@ -202,6 +254,7 @@ impl<'c, B: Kernels, T: Element> HaloUpdater<'c, B, T> {
                 bytes,
                 send: Staging::new(if direct { 0 } else { bytes })?,
                 recv: Staging::new(if direct { 0 } else { bytes })?,
+                slot: None,
             });
         }
         let keys = links
@@ -214,13 +267,32 @@ impl<'c, B: Kernels, T: Element> HaloUpdater<'c, B, T> {
             })
             .collect();
         let claim = tags::claim(world, name, keys)?;
+        let shared = if on_node {
+            let wants: Vec<Want> = links
+                .iter()
+                .map(|l| Ok(Want { rank: l.rank, bytes: l.bytes, host: host(&l.transformer)? }))
+                .collect::<Result<_>>()?;
+            let (shared, slots) = shm::setup(world, &wants)?;
+            links.iter_mut().zip(slots).for_each(|(l, s)| l.slot = s);
+            Some(shared)
+        } else {
+            None
+        };
         let (mut recvs, mut sends) = (Vec::new(), Vec::new());
+        let (mut credit_recvs, mut credit_sends) = (Vec::new(), Vec::new());
+        let none = std::ptr::NonNull::<u8>::dangling().as_ptr();
         for l in &links {
             let (from, into) =
                 if l.direct { places(&l.transformer, aware)? } else { (l.send.as_ptr(), l.recv.as_ptr()) };
             let rank = l.rank as i32; // below the communicator's size, an i32
-            recvs.push(Message { rank, tag: l.recv_tag, ptr: into, len: l.bytes });
-            sends.push(Message { rank, tag: l.send_tag, ptr: from, len: l.bytes });
+            let (comm, len) = (world.as_raw(), if l.slot.is_some() { 0 } else { l.bytes });
+            recvs.push(Message { comm, rank, tag: l.recv_tag, ptr: into, len });
+            sends.push(Message { comm, rank, tag: l.send_tag, ptr: from, len });
+            if let Some(s) = &shared {
+                let comm = s.credits.as_raw();
+                credit_recvs.push(Message { comm, rank, tag: 0, ptr: none, len: 0 });
+                credit_sends.push(Message { comm, rank, tag: 0, ptr: none, len: 0 });
+            }
         }
         // SAFETY: each message is `bytes` bytes of a staging buffer of its link (a raw
         // allocation that never moves) or, for a direct link, of its transformer's pack or
@@ -229,79 +301,28 @@ impl<'c, B: Kernels, T: Element> HaloUpdater<'c, B, T> {
         // dropped first. While a request is active nothing else touches its bytes: `start`
         // writes a send's bytes only before starting it and refuses to run while an update
         // is in flight; `wait` reads a receive's bytes (or unpacks from them) only after it
-        // completed; a pack buffer is only written by packing, in `start`.
-        let requests = unsafe { Requests::new(world, &recvs, &sends)? };
+        // completed; a pack buffer is only written by packing, in `start`. A link through
+        // the shared window sends and receives zero bytes (no buffer is touched). The
+        // communicators (the updater's, and the credits' duplicate in `shared`) are dropped
+        // after the requests.
+        let requests = unsafe { Requests::new(&recvs, &sends, false)? };
+        // SAFETY: zero-byte messages (no buffer), on the credits' communicator, which
+        // `shared` holds until after the requests are dropped.
+        let credits = unsafe { Requests::new(&credit_recvs, &credit_sends, true)? };
         Ok(HaloUpdater {
             requests,
+            credits,
+            shared,
             links,
             quantities: x.len(),
             vector: y.is_some(),
             in_flight: None,
             staged: 0,
+            phases: Phases::default(),
+            current: Phases::default(),
             _claim: claim,
             comm,
         })
-    }
-
-    /// Bytes copied between the transformers' buffers and host staging buffers by every
-    /// update so far (sent plus received): 0 when every buffer is host memory that MPI
-    /// reads and writes in place (the CPU backend).
-    pub fn staged_bytes(&self) -> usize {
-        self.staged
-    }
-
-    /// The bytes of each message, per neighbour: (neighbour rank, bytes sent to it, which is
-    /// also the bytes received from it).
-    pub fn message_bytes(&self) -> Vec<(usize, usize)> {
-        self.links.iter().map(|l| (l.rank, l.bytes)).collect()
-    }
-
-    /// The messages' tags: (neighbour rank, tag of the message sent to it, tag of the one
-    /// received from it).
-    pub fn tags(&self) -> Vec<(usize, i32, i32)> {
-        self.links.iter().map(|l| (l.rank, l.send_tag, l.recv_tag)).collect()
-    }
-
-    /// Neighbour ranks, one transformer and one message each way per neighbour.
-    pub fn neighbors(&self) -> Vec<usize> {
-        self.links.iter().map(|l| l.rank).collect()
-    }
-
-    fn lists<'q>(
-        &self,
-        link: &Link<B, T>,
-        x: &[&'q NDBuffer<B, T>],
-        y: Option<&[&'q NDBuffer<B, T>]>,
-    ) -> Result<Lists<'q, B, T>> {
-        if x.len() != self.quantities || y.map(|y| y.len()) != self.vector.then_some(self.quantities) {
-            return Err(Error::invalid(format!(
-                "{} x / {:?} y quantities for an updater of {} {}",
-                x.len(),
-                y.map(|y| y.len()),
-                self.quantities,
-                if self.vector { "vectors" } else { "scalars" }
-            )));
-        }
-        let expand = |v: &[&'q NDBuffer<B, T>]| -> Vec<&'q NDBuffer<B, T>> {
-            v.iter().flat_map(|q| std::iter::repeat_n(*q, link.per_quantity)).collect()
-        };
-        Ok((expand(x), y.map(expand)))
-    }
-
-    /// Checks the quantities against every neighbour's transformer (count, shapes,
-    /// strides, device) and returns the per-link lists.
-    fn checked_lists<'q>(
-        &self,
-        x: &[&'q NDBuffer<B, T>],
-        y: Option<&[&'q NDBuffer<B, T>]>,
-    ) -> Result<Vec<Lists<'q, B, T>>> {
-        let mut all = Vec::with_capacity(self.links.len());
-        for link in &self.links {
-            let (xs, ys) = self.lists(link, x, y)?;
-            link.transformer.check_quantities(&xs, ys.as_deref())?;
-            all.push((xs, ys));
-        }
-        Ok(all)
     }
 
     /// Starts every receive, then, neighbour by neighbour, packs its message, stages it on
@@ -321,13 +342,16 @@ impl<'c, B: Kernels, T: Element> HaloUpdater<'c, B, T> {
             return Err(Error::invalid("a halo update is already in flight; call wait first"));
         }
         let _span = tracing::debug_span!("halo.start", neighbors = self.links.len()).entered();
+        let t0 = Instant::now();
         let lists = self.checked_lists(x, y)?;
+        self.current = Phases::default();
         // In flight from the first receive on: a receive started before a failing one stays
         // active, and must be completed by `wait` (never started again while active).
         self.in_flight = Some(Flight { arrived: Vec::new(), broken: None });
         if let Err(e) = self.requests.start_receives() {
             return Err(self.broken(e));
         }
+        lap(&mut self.current.post, t0);
         for (k, (xs, ys)) in lists.iter().enumerate() {
             if let Err(e) = self.pack_and_send(k, xs, ys.as_deref()) {
                 return Err(self.broken(e));
@@ -356,19 +380,26 @@ impl<'c, B: Kernels, T: Element> HaloUpdater<'c, B, T> {
         xs: &[&NDBuffer<B, T>],
         ys: Option<&[&NDBuffer<B, T>]>,
     ) -> Result<()> {
+        let t0 = Instant::now();
         let link = &mut self.links[k];
-        link.transformer.async_pack(xs, ys)?;
-        if link.direct {
+        if let (Some(slot), Some(shared)) = (link.slot, &self.shared) {
+            window::pack(link, k, slot, shared, &mut self.credits, xs, ys)?;
+        } else if link.direct {
+            link.transformer.async_pack(xs, ys)?;
             // The pack (a kernel on a device) must be complete before MPI reads its buffer.
             link.transformer.synchronize()?;
         } else {
+            link.transformer.async_pack(xs, ys)?;
             // SAFETY: the send of this link is not active (the previous update completed
             // it, and this one starts it below), so MPI does not read this buffer.
             let send = unsafe { link.send.bytes_mut() };
             link.transformer.pack_buffer()?.read_into(0, send)?;
             self.staged = self.staged.saturating_add(2 * link.bytes);
         }
-        self.requests.start_send(k)
+        let t1 = lap(&mut self.current.pack, t0);
+        self.requests.start_send(k)?;
+        lap(&mut self.current.send, t1);
+        Ok(())
     }
 
     /// Completes the messages of [`HaloUpdater::start`], unpacking each neighbour's halo as
@@ -390,9 +421,18 @@ impl<'c, B: Kernels, T: Element> HaloUpdater<'c, B, T> {
         let Some(flight) = self.in_flight.as_mut() else {
             return Err(Error::invalid("no halo update in flight"));
         };
+        let phases = &mut self.current;
+        let mut t = Instant::now();
         loop {
             while let Some(&k) = flight.arrived.first() {
                 let link = &mut self.links[k];
+                if let (Some(slot), Some(shared)) = (link.slot, &self.shared) {
+                    let (xs, ys) = &lists[k];
+                    window::unpack(link, k, slot, shared, &mut self.credits, xs, ys.as_deref())?;
+                    flight.arrived.remove(0);
+                    t = lap(&mut phases.unpack, t);
+                    continue;
+                }
                 if !link.direct {
                     // SAFETY: this link's receive completed, so MPI no longer writes its
                     // buffer.
@@ -401,25 +441,26 @@ impl<'c, B: Kernels, T: Element> HaloUpdater<'c, B, T> {
                 }
                 link.transformer.async_unpack(&lists[k].0, lists[k].1.as_deref())?;
                 flight.arrived.remove(0);
+                t = lap(&mut phases.unpack, t);
             }
-            match self.requests.wait_any_receive()? {
+            let next = self.requests.wait_any_receive()?;
+            t = lap(&mut phases.wait, t);
+            match next {
                 Some(k) => flight.arrived.push(k),
                 None => break,
             }
         }
         self.requests.wait_sends()?;
+        self.credits.wait_sends()?;
         for link in &self.links {
             link.transformer.synchronize()?;
         }
+        lap(&mut phases.complete, t);
+        self.phases.add_update(&self.current);
         match self.in_flight.take().and_then(|f| f.broken) {
             Some(e) => Err(e),
             None => Ok(()),
         }
-    }
-
-    /// Whether an update was started and not yet completed by a successful `wait`.
-    pub fn in_flight(&self) -> bool {
-        self.in_flight.is_some()
     }
 
     /// `start` then `wait`.

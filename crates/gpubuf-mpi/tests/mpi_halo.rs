@@ -87,28 +87,65 @@ impl Tile {
     }
 }
 
-/// A 2-D tile case: scalars and a vector pair, several updates.
+/// A 2-D tile case: scalars and a vector pair, several updates of new values each time.
+/// With `shared` the updaters move messages between ranks of the node through shared
+/// memory ([`HaloUpdater::on_node`]), and odd ranks wait before completing each update, so
+/// their neighbours start the next update (and would overwrite a slot not yet unpacked,
+/// without the credits) while they lag.
 fn tile_case<B: Kernels>(
     b: &B,
     comm: &SimpleCommunicator,
     layout: (usize, usize),
     periodic: bool,
+    shared: bool,
 ) -> Result<()> {
     let tile = Tile::new(comm, layout, periodic)?;
-    let salts = [0.0, 0.25, 0.5, 0.75];
-    let arrays: Vec<NDBuffer<B, f64>> = salts.iter().map(|&s| tile.array(b, s)).collect::<Result<_>>()?;
-    let specs = vec![tile.spec.clone(), tile.spec.clone()];
-    let mut scalars = HaloUpdater::<B, f64>::new(b, comm, &tile.part, &specs, None, "scalars")?;
-    let mut vectors =
-        HaloUpdater::<B, f64>::new(b, comm, &tile.part, &specs[..1], Some(&specs[..1]), "wind")?;
-    for _ in 0..3 {
+    let specs = [tile.spec.clone(), tile.spec.clone()];
+    let make = |name: &str, y: bool| {
+        let y = y.then_some(&specs[..1]);
+        let x = if y.is_some() { &specs[..1] } else { &specs[..] };
+        if shared {
+            HaloUpdater::<B, f64>::on_node(b, comm, &tile.part, x, y, name)
+        } else {
+            HaloUpdater::<B, f64>::new(b, comm, &tile.part, x, y, name)
+        }
+    };
+    let mut scalars = make("scalars", false)?;
+    let mut vectors = make("wind", true)?;
+    let mut wrong = None;
+    for it in 0..4 {
+        let salts = [0.0, 0.25, 0.5, 0.75].map(|s| s + f64::from(it) * 0.0625);
+        let arrays: Vec<NDBuffer<B, f64>> = salts.iter().map(|&s| tile.array(b, s)).collect::<Result<_>>()?;
         // Start both before waiting on either: their messages must not mix.
         scalars.start(&[&arrays[0], &arrays[1]], None)?;
         vectors.start(&[&arrays[2]], Some(&[&arrays[3]]))?;
+        if shared && tile.me % 2 == 1 {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
         vectors.wait(&[&arrays[2]], Some(&[&arrays[3]]))?;
         scalars.wait(&[&arrays[0], &arrays[1]], None)?;
+        // A wrong halo is recorded, not returned at once: every rank goes through the same
+        // updates (a rank leaving early would leave its neighbours waiting).
         for (q, &salt) in salts.iter().enumerate() {
-            tile.verify(&arrays[q], salt)?;
+            if let Err(e) = tile.verify(&arrays[q], salt) {
+                wrong.get_or_insert(Error::invalid(format!("update {it}: {e}")));
+            }
+        }
+    }
+    if let Some(e) = wrong {
+        return Err(e);
+    }
+    // Every neighbour of a host-memory rank shares its node here: all go through the
+    // window with `on_node`, none without it (and none for device memory).
+    let host = B::KIND == gpubuf_core::BackendKind::Cpu;
+    for up in [&scalars, &vectors] {
+        let want = if shared && host { up.neighbors() } else { Vec::new() };
+        if up.shared_neighbors() != want {
+            return Err(Error::invalid(format!(
+                "{} backend: {:?} through shared memory, want {want:?}",
+                B::KIND.name(),
+                up.shared_neighbors()
+            )));
         }
     }
     // Host memory goes to MPI in place; device memory through host staging, both ways.
@@ -279,7 +316,7 @@ fn comms_case<B: Kernels>(b: &B, comm: &SimpleCommunicator, layout: (usize, usiz
 
 /// The cubed sphere with one rank per face: every halo equals the neighbour face's edge,
 /// rotated by an independent reference, with vector components swapped and negated.
-fn cube_case<B: Kernels>(b: &B, comm: &SimpleCommunicator) -> Result<()> {
+fn cube_case<B: Kernels>(b: &B, comm: &SimpleCommunicator, shared: bool) -> Result<()> {
     let part = CubedSpherePartitioner::new(1)?;
     let me = comm.rank() as usize;
     let n = 4usize;
@@ -299,15 +336,16 @@ fn cube_case<B: Kernels>(b: &B, comm: &SimpleCommunicator) -> Result<()> {
     let ux = NDBuffer::from_ndarray(b, face_field(sx, me).view())?;
     let uy = NDBuffer::from_ndarray(b, face_field(sy, me).view())?;
     let s = NDBuffer::from_ndarray(b, face_field(ss, me).view())?;
-    let mut vec_up = HaloUpdater::<B, f64>::new(
-        b,
-        comm,
-        &part,
-        std::slice::from_ref(&spec),
-        Some(std::slice::from_ref(&spec)),
-        "uv",
-    )?;
-    let mut sc_up = HaloUpdater::<B, f64>::new(b, comm, &part, std::slice::from_ref(&spec), None, "s")?;
+    let one = std::slice::from_ref(&spec);
+    let make = |y: Option<&[QuantityHaloSpec]>, name: &str| {
+        if shared {
+            HaloUpdater::<B, f64>::on_node(b, comm, &part, one, y, name)
+        } else {
+            HaloUpdater::<B, f64>::new(b, comm, &part, one, y, name)
+        }
+    };
+    let mut vec_up = make(Some(one), "uv")?;
+    let mut sc_up = make(None, "s")?;
     for _ in 0..2 {
         vec_up.update(&[&ux], Some(&[&uy]))?;
         sc_up.update(&[&s], None)?;
@@ -349,14 +387,19 @@ fn run_all<B: Kernels>(b: &B, world: &SimpleCommunicator, results: &mut Vec<(Str
     let tag = B::KIND.name();
     match world.size() {
         1 => {
-            results.push((format!("{tag} tile 1x1 periodic"), tile_case(b, world, (1, 1), true)));
+            results.push((format!("{tag} tile 1x1 periodic"), tile_case(b, world, (1, 1), true, false)));
+            results
+                .push((format!("{tag} tile 1x1 periodic on node"), tile_case(b, world, (1, 1), true, true)));
             results.push((format!("{tag} tile 1x1 errors"), errors_case(b, world, (1, 1))));
             results.push((format!("{tag} tile 1x1 tags"), tags_case(b, world, (1, 1))));
             results.push((format!("{tag} tile 1x1 communicators"), comms_case(b, world, (1, 1))));
         }
         4 => {
-            results.push((format!("{tag} tile 2x2 periodic"), tile_case(b, world, (2, 2), true)));
-            results.push((format!("{tag} tile 2x2 open"), tile_case(b, world, (2, 2), false)));
+            results.push((format!("{tag} tile 2x2 periodic"), tile_case(b, world, (2, 2), true, false)));
+            results.push((format!("{tag} tile 2x2 open"), tile_case(b, world, (2, 2), false, false)));
+            results
+                .push((format!("{tag} tile 2x2 periodic on node"), tile_case(b, world, (2, 2), true, true)));
+            results.push((format!("{tag} tile 2x2 open on node"), tile_case(b, world, (2, 2), false, true)));
             results.push((format!("{tag} tile 2x2 errors"), errors_case(b, world, (2, 2))));
             results.push((format!("{tag} tile 2x2 tags"), tags_case(b, world, (2, 2))));
             results.push((format!("{tag} tile 2x2 communicators"), comms_case(b, world, (2, 2))));
@@ -364,11 +407,14 @@ fn run_all<B: Kernels>(b: &B, world: &SimpleCommunicator, results: &mut Vec<(Str
             // neighbour is the same rank.
             let pair = world.split_by_color(Color::with_value(world.rank() / 2));
             if let Some(pair) = pair {
-                results.push((format!("{tag} tile 1x2 periodic"), tile_case(b, &pair, (1, 2), true)));
+                results.push((format!("{tag} tile 1x2 periodic"), tile_case(b, &pair, (1, 2), true, false)));
+                let on_node = tile_case(b, &pair, (1, 2), true, true);
+                results.push((format!("{tag} tile 1x2 periodic on node"), on_node));
             }
         }
         6 => {
-            results.push((format!("{tag} cubed sphere 1x1"), cube_case(b, world)));
+            results.push((format!("{tag} cubed sphere 1x1"), cube_case(b, world, false)));
+            results.push((format!("{tag} cubed sphere 1x1 on node"), cube_case(b, world, true)));
             results.push((format!("{tag} tile 2x3 errors"), errors_case(b, world, (2, 3))));
             results.push((format!("{tag} tile 2x3 tags"), tags_case(b, world, (2, 3))));
             results.push((format!("{tag} tile 2x3 communicators"), comms_case(b, world, (2, 3))));

@@ -4,10 +4,19 @@
 //! Six ranks hold the faces of a cubed sphere, four a 2x2 periodic tile layout. Per case
 //! (`c48`: 48x48x79 cells, `c96`: 96x96x79; f64, a 3-point halo, dims (x, y, z) with z
 //! fastest) it times an update of four scalar fields at once and of one vector pair,
-//! `--reps` times after two warm-ups, each rep starting together (a barrier). The figure is
-//! the slowest rank's mean; the baseline is the same for `Irecv`/`Isend`/`Waitall` of the
-//! updater's message sizes with no pack or unpack; `halo_gbps` is the bytes a rank receives
-//! per second in the scalar update.
+//! `--reps` times after two warm-ups, each rep starting together (a barrier), with an
+//! updater from `HaloUpdater::on_node` (`<kind>_update_us`: neighbours on the node through
+//! shared memory) and one from `HaloUpdater::new` (`<kind>_messages_us`: every message
+//! through MPI). The figure is the slowest rank's mean; the baseline is the same for
+//! `Irecv`/`Isend`/`Waitall` of the updater's message sizes with no pack or unpack;
+//! `halo_gbps` is the bytes a rank receives per second in the scalar update.
+//!
+//! With `GPUBUF_BENCH_BREAKDOWN=1` in the environment it adds, per case, where an update's
+//! time goes ([`gpubuf::mpi::Phases`]: post, pack, send, wait, unpack, complete) and the raw
+//! exchange's (post: `Irecv`/`Isend`; wait: `Waitall`), in microseconds per update, as
+//! `<case>/<kind>_<phase>_us` entries (`<kind>_messages_<phase>_us` for the message-passing
+//! updater, `<kind>_raw_<phase>_us` for the raw exchange) whose value is the slowest rank's and whose baseline
+//! is the mean over ranks.
 
 use super::{progress, Entry, Options, Report};
 use gpubuf::halo::{CubedSpherePartitioner, Dim, Partitioner, QuantityHaloSpec, TilePartitioner};
@@ -15,7 +24,7 @@ use gpubuf::mpi::mpi::collective::SystemOperation;
 use gpubuf::mpi::mpi::request::WaitGuard;
 use gpubuf::mpi::mpi::topology::{Communicator, SimpleCommunicator};
 use gpubuf::mpi::mpi::traits::{CommunicatorCollectives, Destination, Source};
-use gpubuf::mpi::HaloUpdater;
+use gpubuf::mpi::{HaloUpdater, Phases};
 use gpubuf::{with_backend, BackendKind, BackendVisitor, DType, Error, Kernels, NDBuffer, Order, Result};
 use std::time::Instant;
 
@@ -29,6 +38,25 @@ fn slowest(world: &SimpleCommunicator, mine: f64) -> f64 {
     let mut max = 0.0f64;
     world.all_reduce_into(&mine, &mut max, SystemOperation::max());
     max
+}
+
+/// The environment variable that turns on the per-phase breakdown.
+const BREAKDOWN_ENV: &str = "GPUBUF_BENCH_BREAKDOWN";
+
+/// The mean over ranks of `mine`.
+fn mean_rank(world: &SimpleCommunicator, mine: f64) -> f64 {
+    let mut sum = 0.0f64;
+    world.all_reduce_into(&mine, &mut sum, SystemOperation::sum());
+    sum / f64::from(world.size().max(1))
+}
+
+/// Per-phase entries `<prefix>_<phase>_us`: the slowest rank's microseconds per update,
+/// against the mean rank's as the baseline.
+fn phase_entries(world: &SimpleCommunicator, prefix: &str, phases: &[(&str, f64)], out: &mut Vec<Entry>) {
+    for &(phase, us) in phases {
+        let (max, mean) = (slowest(world, us), mean_rank(world, us));
+        out.push(Entry::versus(format!("{prefix}_{phase}_us"), max, "us", mean));
+    }
 }
 
 /// Mean seconds of `reps` runs of `f` after two warm-ups, every run started together.
@@ -45,13 +73,16 @@ fn mean_secs(world: &SimpleCommunicator, reps: usize, mut f: impl FnMut() -> Res
     Ok(total / reps as f64)
 }
 
-/// One raw exchange: receive and send `bytes` with every neighbour, no pack or unpack.
+/// One raw exchange: receive and send `bytes` with every neighbour, no pack or unpack;
+/// the time of posting the messages and of waiting for them is added to `split`.
 fn raw_exchange(
     world: &SimpleCommunicator,
     links: &[(usize, usize)],
     send: &[Vec<u8>],
     recv: &mut [Vec<u8>],
+    split: &mut [f64; 2],
 ) {
+    let t0 = Instant::now();
     gpubuf::mpi::mpi::request::scope(|scope| {
         let mut guards = Vec::with_capacity(2 * links.len());
         for ((&(rank, _), buf), _) in links.iter().zip(recv.iter_mut()).zip(0..) {
@@ -62,7 +93,10 @@ fn raw_exchange(
             let p = world.process_at_rank(rank as i32);
             guards.push(WaitGuard::from(p.immediate_send_with_tag(scope, &buf[..], 77)));
         }
+        let t1 = Instant::now();
+        split[0] += (t1 - t0).as_secs_f64();
         drop(guards);
+        split[1] += t1.elapsed().as_secs_f64();
     });
 }
 
@@ -85,8 +119,9 @@ impl BackendVisitor for Run<'_> {
             }
         };
         let root = world.rank() == 0;
+        let breakdown = std::env::var_os(BREAKDOWN_ENV).is_some_and(|v| !v.is_empty() && v != "0");
         let pb = if root {
-            progress((CASES.len() * 4 * opts.reps) as u64, "mpi")
+            progress((CASES.len() * 6 * opts.reps) as u64, "mpi")
         } else {
             indicatif::ProgressBar::hidden()
         };
@@ -99,32 +134,85 @@ impl BackendVisitor for Run<'_> {
                 .map(|k| NDBuffer::create(&b, &spec.shape, Order::C, Some(k as f64 + 0.5)))
                 .collect::<Result<_>>()?;
             let scalars4 = vec![spec.clone(); 4];
-            let mut scalar =
-                HaloUpdater::<B, f64>::new(&b, world, &*part, &scalars4, None, &format!("bench-{name}-s"))?;
             let one = std::slice::from_ref(&spec);
-            let mut vector =
-                HaloUpdater::<B, f64>::new(&b, world, &*part, one, Some(one), &format!("bench-{name}-v"))?;
+            // Collective (`on_node`) and local (`new`) constructors, in the same order on
+            // every rank; dropped in the same order too.
+            let mut scalar = HaloUpdater::<B, f64>::on_node(
+                &b,
+                world,
+                &*part,
+                &scalars4,
+                None,
+                &format!("bench-{name}-s"),
+            )?;
+            let mut vector = HaloUpdater::<B, f64>::on_node(
+                &b,
+                world,
+                &*part,
+                one,
+                Some(one),
+                &format!("bench-{name}-v"),
+            )?;
+            let mut scalar_mp =
+                HaloUpdater::<B, f64>::new(&b, world, &*part, &scalars4, None, &format!("bench-{name}-sm"))?;
+            let mut vector_mp =
+                HaloUpdater::<B, f64>::new(&b, world, &*part, one, Some(one), &format!("bench-{name}-vm"))?;
             let xs: Vec<&NDBuffer<B, f64>> = fields[..4].iter().collect();
             let (ux, uy) = (&fields[4], &fields[5]);
-            for (kind, up, count) in [("scalar", &mut scalar, 4usize), ("vector", &mut vector, 2)] {
+            let kinds =
+                [("scalar", &mut scalar, &mut scalar_mp, 4usize), ("vector", &mut vector, &mut vector_mp, 2)];
+            for (kind, up, up_mp, count) in kinds {
                 let links = up.message_bytes();
                 let send: Vec<Vec<u8>> = links.iter().map(|&(_, bytes)| vec![1u8; bytes]).collect();
                 let mut recv: Vec<Vec<u8>> = links.iter().map(|&(_, bytes)| vec![0u8; bytes]).collect();
-                let secs = mean_secs(world, opts.reps, || {
-                    pb.inc(1);
-                    if count == 4 {
-                        up.update(&xs, None)
-                    } else {
-                        up.update(&[ux], Some(&[uy]))
-                    }
-                })?;
+                let timed = |up: &mut HaloUpdater<'_, B, f64>| -> Result<(f64, Phases)> {
+                    let mut calls = 0usize;
+                    let secs = mean_secs(world, opts.reps, || {
+                        pb.inc(1);
+                        if calls == 2 {
+                            // The breakdown counts the timed updates, not the two warm-ups.
+                            up.reset_phases();
+                        }
+                        calls += 1;
+                        if count == 4 {
+                            up.update(&xs, None)
+                        } else {
+                            up.update(&[ux], Some(&[uy]))
+                        }
+                    })?;
+                    Ok((slowest(world, secs), up.phases()))
+                };
+                let (secs, phases) = timed(up)?;
+                let (secs_mp, phases_mp) = timed(up_mp)?;
+                let mut split = [0.0f64; 2];
+                let mut runs = 0usize;
                 let raw = mean_secs(world, opts.reps, || {
                     pb.inc(1);
-                    raw_exchange(world, &links, &send, &mut recv);
+                    if runs == 2 {
+                        split = [0.0; 2];
+                    }
+                    runs += 1;
+                    raw_exchange(world, &links, &send, &mut recv, &mut split);
                     Ok(())
                 })?;
-                let (secs, raw) = (slowest(world, secs), slowest(world, raw));
+                let raw = slowest(world, raw);
                 results.push(Entry::versus(format!("{name}/{kind}_update_us"), secs * 1e6, "us", raw * 1e6));
+                results.push(Entry::versus(
+                    format!("{name}/{kind}_messages_us"),
+                    secs_mp * 1e6,
+                    "us",
+                    raw * 1e6,
+                ));
+                if breakdown {
+                    let names = ["post", "pack", "send", "wait", "unpack", "complete"];
+                    for (label, p) in [(kind.to_string(), phases), (format!("{kind}_messages"), phases_mp)] {
+                        let mine: Vec<(&str, f64)> = names.into_iter().zip(p.mean_us()).collect();
+                        phase_entries(world, &format!("{name}/{label}"), &mine, &mut results);
+                    }
+                    let reps = opts.reps.max(1) as f64;
+                    let raw_phases = [("post", split[0] * 1e6 / reps), ("wait", split[1] * 1e6 / reps)];
+                    phase_entries(world, &format!("{name}/{kind}_raw"), &raw_phases, &mut results);
+                }
                 if count == 4 {
                     let received: usize = links.iter().map(|l| l.1).sum();
                     let gbps = received as f64 / secs.max(1e-12) / 1e9;
