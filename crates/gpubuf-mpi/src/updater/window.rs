@@ -1,12 +1,45 @@
-//! Messages of the links through the node's shared window ([`super::HaloUpdater::on_node`]):
+//! Updaters with links through the node's shared window ([`HaloUpdater::on_node`]):
 //! packing straight into the neighbour's slot, unpacking straight from this rank's.
 
-use super::Link;
+use super::{HaloUpdater, Link};
+use crate::comm::Comm;
 use crate::hostplan;
 use crate::requests::Requests;
 use crate::shm::{Shared, Slot};
 use gpubuf_buffer::NDBuffer;
 use gpubuf_core::{Element, Error, Kernels, Result};
+use gpubuf_halo::{Partitioner, QuantityHaloSpec};
+
+impl<'c, B: Kernels, T: Element> HaloUpdater<'c, B, T> {
+    /// As [`HaloUpdater::new`], with the messages between ranks of one node moved through
+    /// shared memory when both sides' buffers are host memory (the CPU backend): each
+    /// rank's receive slots lie in an `MPI_Win_allocate_shared` window of the node, the
+    /// sender packs straight into the receiver's slot and sends a zero-byte notification,
+    /// and the receiver unpacks straight from its slot, then returns a zero-byte credit
+    /// (on a duplicate of the communicator) that the sender waits for before it packs into
+    /// that slot again. The halo bytes then move twice per update (pack, unpack) instead of
+    /// three times (pack, MPI's copy, unpack). Links to other nodes, and every link of a
+    /// backend whose memory is not host memory, pass messages as [`HaloUpdater::new`] does.
+    ///
+    /// **Collective** over `comm`: every rank calls it (in the same order relative to other
+    /// collective calls), and dropping the updater is collective over the node's ranks
+    /// (the window is freed with `MPI_Win_free`): drop the updaters in the same order on
+    /// every rank. An error on some ranks only (a tag clash with a live updater there)
+    /// leaves the others waiting in the collective calls.
+    ///
+    /// # Errors
+    /// As [`HaloUpdater::new`]; MPI errors making the window.
+    pub fn on_node(
+        backend: &B,
+        comm: impl Into<Comm<'c>>,
+        partitioner: &dyn Partitioner,
+        x: &[QuantityHaloSpec],
+        y: Option<&[QuantityHaloSpec]>,
+        name: &str,
+    ) -> Result<Self> {
+        Self::build(backend, comm.into(), partitioner, x, y, name, true)
+    }
+}
 
 fn outside_host() -> Error {
     Error::invalid("a shared-memory halo link got quantities outside host memory")
