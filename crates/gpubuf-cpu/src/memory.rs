@@ -99,6 +99,53 @@ impl CpuMemory {
         CpuMemory { ptr, len, mapped: 0, lock: Mutex::new(()), release: Some(release) }
     }
 
+    /// Adopts `len` bytes of host memory at `ptr` that something else owns (a numpy
+    /// array, a buffer of another library), without a copy. `owner` is kept alive until the
+    /// returned memory drops and is then dropped, exactly once (on whichever thread drops the
+    /// last handle): that is the moment the memory is given back. gpubuf never frees `ptr`.
+    ///
+    /// The adopted memory takes part in the lock model of this module like any allocation:
+    /// gpubuf's operations on it hold its lock while they touch the bytes.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when `ptr` is not a multiple of
+    /// [`ADOPT_ALIGN`](crate::interop::ADOPT_ALIGN) (CPU kernels read elements of up to 8
+    /// bytes at element-aligned offsets) or `len` exceeds `isize::MAX`; `owner` is dropped
+    /// then.
+    ///
+    /// # Safety
+    /// * `ptr` is valid for reads and writes of `len` bytes (one live allocation, or a
+    ///   part of one), and those bytes are initialised, from this call until `owner` is
+    ///   dropped;
+    /// * the memory is not freed, unmapped or reallocated while `owner` lives (holding
+    ///   `owner` is what keeps it alive);
+    /// * while the returned memory (or any handle of it) lives, nothing outside gpubuf
+    ///   reads the bytes while a gpubuf operation may write them, nor writes them while a
+    ///   gpubuf operation may read or write them: gpubuf's lock orders its own accesses
+    ///   only, so foreign accesses must be ordered by the caller (for example by not
+    ///   touching the memory from another thread during a gpubuf call), and no Rust
+    ///   reference (`&[u8]`, `&mut [u8]`) to the bytes may be live across a gpubuf call.
+    pub unsafe fn adopt_raw(
+        ptr: NonNull<u8>,
+        len: usize,
+        owner: Box<dyn std::any::Any + Send + Sync>,
+    ) -> Result<Self> {
+        let align = crate::interop::ADOPT_ALIGN;
+        if ptr.as_ptr() as usize % align != 0 {
+            return Err(Error::invalid(format!(
+                "adopted host memory at {ptr:p} is not aligned to {align} bytes"
+            )));
+        }
+        if isize::try_from(len).is_err() {
+            return Err(Error::invalid(format!("adopted host memory of {len} bytes exceeds isize::MAX")));
+        }
+        let release = Box::new(move || drop(owner));
+        // SAFETY: alignment checked above; validity for `len` bytes until `release` (which
+        // drops `owner`) runs, and the exclusion of foreign accesses during gpubuf's own,
+        // are this function's safety contract.
+        Ok(unsafe { Self::adopted(ptr, len, release) })
+    }
+
     /// Allocates `len` zeroed bytes; with `touch`, writes every page so it is resident.
     pub(crate) fn new(len: usize, touch: bool) -> Result<Self> {
         if len == 0 {
@@ -258,4 +305,57 @@ pub(crate) fn lock_all<'a>(mems: &[&'a CpuMemory]) -> Result<(Vec<Locked<'a>>, V
     let guards: Vec<Locked<'a>> = order.iter().map(|m| m.lock()).collect::<Result<_>>()?;
     let ptrs = mems.iter().map(|m| m.ptr.as_ptr()).collect();
     Ok((guards, ptrs))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    /// Counts its drops; holds the storage it stands for.
+    struct Owner {
+        storage: Vec<u64>,
+        drops: Arc<AtomicUsize>,
+    }
+
+    impl Drop for Owner {
+        fn drop(&mut self) {
+            self.drops.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    #[test]
+    fn adopt_raw_shares_bytes_and_drops_owner_once() {
+        let drops = Arc::new(AtomicUsize::new(0));
+        let mut owner = Box::new(Owner { storage: vec![0u64; 4], drops: drops.clone() });
+        let ptr = NonNull::new(owner.storage.as_mut_ptr().cast::<u8>()).unwrap();
+        // SAFETY: the Vec's 32 bytes live (inside `owner`, moved into the memory) until the
+        // owner drops; nothing else touches them (the Vec is not used again).
+        let mem = unsafe { CpuMemory::adopt_raw(ptr, 32, owner) }.unwrap();
+        assert_eq!(mem.len(), 32);
+        assert_eq!(mem.as_ptr(), ptr.as_ptr());
+        mem.with_bytes_mut(|b| b[8] = 7).unwrap();
+        mem.with_bytes(|b| assert_eq!(b[8], 7)).unwrap();
+        // Re-entrant access is refused as for gpubuf's own allocations.
+        assert!(mem.with_bytes(|_| mem.with_bytes(|_| ()).is_err()).unwrap());
+        assert_eq!(drops.load(Ordering::SeqCst), 0);
+        drop(mem);
+        assert_eq!(drops.load(Ordering::SeqCst), 1);
+    }
+
+    #[test]
+    fn adopt_raw_refuses_misaligned_and_drops_owner() {
+        let drops = Arc::new(AtomicUsize::new(0));
+        let mut storage = vec![0u64; 2];
+        let base = storage.as_mut_ptr().cast::<u8>();
+        // SAFETY: one byte into a live 16-byte allocation.
+        let odd = NonNull::new(unsafe { base.add(1) }).unwrap();
+        let owner = Box::new(Owner { storage: Vec::new(), drops: drops.clone() });
+        // SAFETY: 8 bytes from `odd` lie inside `storage`, which outlives the call.
+        let r = unsafe { CpuMemory::adopt_raw(odd, 8, owner) };
+        assert!(matches!(r, Err(Error::InvalidArgument(_))), "{r:?}");
+        assert_eq!(drops.load(Ordering::SeqCst), 1);
+        drop(storage);
+    }
 }
