@@ -97,8 +97,12 @@ class NDBuffer:
     """An n-d array of one dtype on one backend's device."""
 
     @staticmethod
-    def from_numpy(array: npt.ArrayLike, backend: Optional[Backend] = None) -> NDBuffer:
-        """A copy of ``array`` on ``backend`` (default: a new CPU device)."""
+    def from_numpy(
+        array: npt.ArrayLike, backend: Optional[Backend] = None, copy: Optional[bool] = None
+    ) -> NDBuffer:
+        """``array`` on ``backend`` (default: a new CPU device): on the CPU a view of a
+        C-contiguous, writeable, 8-byte aligned array's own memory, else a copy;
+        ``copy=True`` always copies, ``copy=False`` raises when it cannot share."""
     @staticmethod
     def empty(shape: _Shape, dtype: _DType = None, backend: Optional[Backend] = None) -> NDBuffer:
         """An uninitialised array (default dtype float64)."""
@@ -145,7 +149,7 @@ class NDBuffer:
     def __len__(self) -> int: ...
 
 def from_dlpack(obj: Any, backend: Optional[Backend] = None) -> NDBuffer:
-    """A copy on ``backend`` of any object with ``__dlpack__``."""
+    """Any host object with ``__dlpack__`` on ``backend``: shared on the CPU where ``NDBuffer.from_numpy`` would share it, else a copy."""
 
 class ImmediateAllocator:
     """Pool memory exists when ``allocate`` returns."""
@@ -213,5 +217,92 @@ class MemoryPool:
     def stop_holding(self) -> None: ...
     def bin_number(self, size: int) -> int: ...
     def alloc_size(self, bin: int) -> int: ...
+    @property
+    def backend(self) -> Backend: ...
+
+class QuantityHaloSpec:
+    """pace-util's QuantityHaloSpec: a quantity's memory (strides in bytes) and halo."""
+
+    def __init__(
+        self,
+        n_points: int,
+        strides: Sequence[int],
+        itemsize: int,
+        shape: Sequence[int],
+        origin: Sequence[int],
+        extent: Sequence[int],
+        dims: Sequence[str],
+        numpy_module: Any = None,
+        dtype: _DType = None,
+    ) -> None: ...
+    @property
+    def n_points(self) -> int: ...
+    @property
+    def strides(self) -> Tuple[int, ...]: ...
+    @property
+    def itemsize(self) -> int: ...
+    @property
+    def shape(self) -> Tuple[int, ...]: ...
+    @property
+    def origin(self) -> Tuple[int, ...]: ...
+    @property
+    def extent(self) -> Tuple[int, ...]: ...
+    @property
+    def dims(self) -> Tuple[str, ...]: ...
+    @property
+    def numpy_module(self) -> Any: ...
+    @property
+    def dtype(self) -> np.dtype: ...
+
+class HaloExchangeSpec:
+    """pace-util's HaloExchangeSpec: slices to pack (rotated clockwise) and to unpack into."""
+
+    def __init__(
+        self,
+        specification: QuantityHaloSpec,
+        pack_slices: Sequence[slice],
+        pack_clockwise_rotation: int,
+        unpack_slices: Sequence[slice],
+    ) -> None: ...
+    @property
+    def specification(self) -> QuantityHaloSpec: ...
+    @property
+    def pack_slices(self) -> Sequence[slice]: ...
+    @property
+    def pack_clockwise_rotation(self) -> int: ...
+    @property
+    def unpack_slices(self) -> Sequence[slice]: ...
+    @property
+    def pack_buffer_size(self) -> int: ...
+
+_Quantity = Union[np.ndarray, NDBuffer, Any]
+
+class HaloDataTransformer:
+    """pace-util's HaloDataTransformer: one pack and one unpack launch per exchange."""
+
+    @staticmethod
+    def get(
+        np_module: Any,
+        exchange_descriptors_x: Sequence[HaloExchangeSpec],
+        exchange_descriptors_y: Optional[Sequence[HaloExchangeSpec]] = None,
+        backend: Optional[Backend] = None,
+    ) -> HaloDataTransformer: ...
+    def async_pack(
+        self, quantities_x: Sequence[_Quantity], quantities_y: Optional[Sequence[_Quantity]] = None
+    ) -> None: ...
+    def async_unpack(
+        self, quantities_x: Sequence[_Quantity], quantities_y: Optional[Sequence[_Quantity]] = None
+    ) -> None: ...
+    def synchronize(self) -> None: ...
+    def get_pack_buffer(self) -> NDBuffer: ...
+    def get_unpack_buffer(self) -> NDBuffer: ...
+    def receive(self, data: npt.ArrayLike) -> None: ...
+    def loopback(self) -> None: ...
+    def ready(self) -> bool: ...
+    def finalize(self) -> None: ...
+    @property
+    def buffer_size(self) -> int: ...
+    @property
+    def dtype(self) -> np.dtype: ...
     @property
     def backend(self) -> Backend: ...

@@ -170,8 +170,10 @@ pub fn export<'py>(
     Ok(unsafe { Bound::from_owned_ptr(py, capsule) })
 }
 
-/// An array from any object with ``__dlpack__`` (a numpy array, a PyTorch or CuPy host
-/// tensor, another gpubuf array), copied onto ``backend`` (default: a new CPU device).
+/// An array from any object with ``__dlpack__`` in host memory (a numpy array, a PyTorch
+/// or CuPy host tensor, another gpubuf array) on ``backend`` (default: a new CPU device):
+/// shared without a copy on the CPU backend where ``NDBuffer.from_numpy`` would share it,
+/// else copied.
 ///
 /// Raises ``DTypeMismatchError`` for a dtype gpubuf has no type for.
 ///
@@ -186,5 +188,5 @@ pub fn from_dlpack(
 ) -> PyResult<PyNDBuffer> {
     let np = py.import("numpy")?;
     let host = np.call_method1("from_dlpack", (obj,))?;
-    PyNDBuffer::from_numpy(py, &host, backend)
+    PyNDBuffer::from_numpy(py, &host, backend, None)
 }

@@ -5,17 +5,22 @@
 //! One file per concern: [`errors`] (gpubuf's errors as Python exception classes),
 //! [`backend`] (`Backend`, `backends()`), [`dtype`] (one array type for every element
 //! type), [`ndbuffer`] (`NDBuffer`), [`interop`] and [`dlpack`] (numpy and DLPack without
-//! copies), [`pool`] (`MemoryPool`, `PooledBuffer`). Later components (the halo
-//! transformer, the bufferizer, the mirror) add a file and a line to the module function (`gpubuf_module`) below.
+//! copies), [`adopt`] (numpy memory adopted by the CPU backend without a copy), [`pool`]
+//! (`MemoryPool`, `PooledBuffer`), [`halo`] and [`halo_run`] (pace-util's halo API). Later
+//! components (the bufferizer, the mirror) add a file and a line to the module function
+//! (`gpubuf_module`) below.
 //!
 //! Every call that copies or allocates releases the GIL; no Rust panic is raised from this
 //! code on user input (PyO3 turns one into `pyo3_runtime.PanicException` should it happen).
 //! The Python-facing documentation is `docs/python.md` and the stub `gpubuf.pyi`.
 
+pub mod adopt;
 pub mod backend;
 pub mod dlpack;
 pub mod dtype;
 pub mod errors;
+pub mod halo;
+pub mod halo_run;
 pub mod interop;
 pub mod ndbuffer;
 pub mod pool;
@@ -37,5 +42,8 @@ fn gpubuf_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<pool::PyPooledBuffer>()?;
     m.add_class::<pool::PyImmediateAllocator>()?;
     m.add_class::<pool::PyDeferredAllocator>()?;
+    m.add_class::<halo::PyQuantityHaloSpec>()?;
+    m.add_class::<halo::PyHaloExchangeSpec>()?;
+    m.add_class::<halo_run::PyHaloDataTransformer>()?;
     Ok(())
 }

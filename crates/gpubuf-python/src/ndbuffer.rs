@@ -77,17 +77,24 @@ impl PyNDBuffer {
 
 #[pymethods]
 impl PyNDBuffer {
-    /// A copy of the numpy array ``array`` (or anything ``numpy.asarray`` takes) on
-    /// ``backend`` (default: a new CPU device), in C order.
+    /// The numpy array ``array`` (or anything ``numpy.asarray`` takes) on ``backend``
+    /// (default: a new CPU device).
+    ///
+    /// On the CPU backend a C-contiguous, writeable numpy array whose data starts on an
+    /// 8-byte boundary is shared, not copied: the result is a view of the same memory
+    /// (writes show on both sides) and keeps the numpy array alive. Anything else is copied
+    /// in C order. ``copy=True`` always copies; ``copy=False`` raises
+    /// ``InvalidArgumentError`` when the array cannot be shared.
     ///
     /// Raises ``DTypeMismatchError`` for a dtype gpubuf has no type for,
     /// ``OutOfMemoryError`` when the device cannot hold it.
     #[staticmethod]
-    #[pyo3(signature = (array, backend = None))]
+    #[pyo3(signature = (array, backend = None, copy = None))]
     pub(crate) fn from_numpy(
         py: Python<'_>,
         array: &Bound<'_, PyAny>,
         backend: Option<&PyBackend>,
+        copy: Option<bool>,
     ) -> PyResult<Self> {
         let arr = match array.cast::<PyUntypedArray>() {
             Ok(a) => a.clone(),
@@ -98,6 +105,17 @@ impl PyNDBuffer {
         };
         let dtype = crate::dtype::from_numpy_dtype(&arr.dtype())?;
         let device = device_of(backend);
+        if copy != Some(true) {
+            if let Some(array) = crate::adopt::adopt(&arr, dtype, &device, true)? {
+                return Ok(PyNDBuffer { array });
+            }
+            if copy == Some(false) {
+                return Err(invalid(
+                    "copy=False: the array cannot be shared (it must be C-contiguous, writeable, \
+                     8-byte aligned, non-empty and on the CPU backend)",
+                ));
+            }
+        }
         let array = with_dtype!(dtype, T => Self::upload::<T>(&arr, device)?);
         Ok(PyNDBuffer { array })
     }
@@ -130,7 +148,7 @@ impl PyNDBuffer {
 
     /// The array as numpy: on the CPU a view of the same memory (writes show on both
     /// sides; the view keeps this array alive), elsewhere a C-order copy.
-    fn to_numpy<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
+    pub(crate) fn to_numpy<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
         let py = slf.py();
         let this = slf.get();
         if interop::host_address(&this.array).is_some() {

@@ -1,0 +1,120 @@
+//! numpy arrays adopted by the CPU backend without a copy
+//! ([`gpubuf::cpu::CpuMemory::adopt_raw`]): the array's bytes become the `NDBuffer`'s
+//! memory and the numpy array is kept alive until the last gpubuf view of it drops.
+//!
+//! An array is adopted when it lives in host memory gpubuf may write (the CPU backend,
+//! numpy's `writeable` flag), its bytes start on an 8-byte boundary and its strides are
+//! whole elements; anything else is copied. The adopted range is the span of the array's
+//! elements (from the lowest to the highest addressed one), so a strided or flipped
+//! array is adopted with its own strides. Accesses from Python to the same memory while a
+//! gpubuf call on it runs on another thread are the caller's data race, as for two
+//! threads writing one numpy array (docs/python.md, "zero-copy rules").
+
+use crate::dtype::{with_dtype, AnyArray, Wrap};
+use gpubuf::cpu::{interop::ADOPT_ALIGN, CpuMemory};
+use gpubuf::device::Memory;
+use gpubuf::{Buffer, DType, Device, Layout, NDBuffer};
+use numpy::{PyUntypedArray, PyUntypedArrayMethods};
+use pyo3::prelude::*;
+use std::ptr::NonNull;
+
+/// Where an adoptable array's elements lie: the span's first byte, its length in bytes,
+/// the element strides and the offset (in elements) of element `[0, ..., 0]` in the span.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Span {
+    /// First byte of the span.
+    pub base: usize,
+    /// Bytes from the lowest to the end of the highest addressed element.
+    pub len: usize,
+    /// Strides in elements.
+    pub strides: Vec<isize>,
+    /// Element offset of `[0, ..., 0]` from `base`.
+    pub offset: usize,
+}
+
+/// The span of an array with data pointer `data`, `shape`, byte `strides` and `item`
+/// bytes per element; `None` when it cannot be adopted (empty, strides not whole
+/// elements, misaligned, or arithmetic that does not fit).
+pub fn span(data: usize, shape: &[usize], strides: &[isize], item: usize) -> Option<Span> {
+    if shape.contains(&0) || shape.len() != strides.len() || item == 0 {
+        return None;
+    }
+    let item_i = i128::try_from(item).ok()?;
+    let (mut low, mut high) = (0i128, 0i128);
+    let mut elems = Vec::with_capacity(strides.len());
+    for (&n, &s) in shape.iter().zip(strides) {
+        let s = i128::try_from(s).ok()?;
+        if s % item_i != 0 {
+            return None;
+        }
+        elems.push(isize::try_from(s / item_i).ok()?);
+        let reach = s.checked_mul(i128::try_from(n).ok()? - 1)?;
+        if reach < 0 {
+            low = low.checked_add(reach)?;
+        } else {
+            high = high.checked_add(reach)?;
+        }
+    }
+    let base = i128::try_from(data).ok()?.checked_add(low)?;
+    let len = high.checked_sub(low)?.checked_add(item_i)?;
+    let (base, len) = (usize::try_from(base).ok()?, usize::try_from(len).ok()?);
+    if base % ADOPT_ALIGN != 0 || base.checked_add(len).is_none() {
+        return None;
+    }
+    let offset = usize::try_from(-low / item_i).ok()?;
+    Some(Span { base, len, strides: elems, offset })
+}
+
+/// The span of a numpy array, when it may be adopted (`contiguous_only`: C-contiguous
+/// arrays only).
+///
+/// # Errors
+/// Python errors reading the array's flags or data pointer.
+pub fn numpy_span(arr: &Bound<'_, PyUntypedArray>, contiguous_only: bool) -> PyResult<Option<Span>> {
+    if contiguous_only && !arr.is_c_contiguous() {
+        return Ok(None);
+    }
+    if !arr.getattr("flags")?.getattr("writeable")?.extract::<bool>()? {
+        return Ok(None);
+    }
+    let data = arr.getattr("ctypes")?.getattr("data")?.extract::<usize>()?;
+    let item = arr.dtype().getattr("itemsize")?.extract::<usize>()?;
+    Ok(span(data, arr.shape(), arr.strides(), item))
+}
+
+/// `arr` (of gpubuf dtype `dtype`) adopted on `device` without a copy, or `None` when
+/// `device` is not a CPU device or the array cannot be adopted (see the module docs).
+///
+/// # Errors
+/// Python errors reading the array's attributes; gpubuf errors building the view.
+pub fn adopt(
+    arr: &Bound<'_, PyUntypedArray>,
+    dtype: DType,
+    device: &Device,
+    contiguous_only: bool,
+) -> PyResult<Option<AnyArray>> {
+    if device.as_cpu().is_none() {
+        return Ok(None);
+    }
+    let Some(s) = numpy_span(arr, contiguous_only)? else {
+        return Ok(None);
+    };
+    let Some(ptr) = NonNull::new(s.base as *mut u8) else {
+        return Ok(None);
+    };
+    let owner: Box<dyn std::any::Any + Send + Sync> = Box::new(arr.clone().into_any().unbind());
+    // SAFETY: `ptr..ptr + s.len` is the span of a live, writeable numpy array's elements
+    // (computed from its own data pointer, shape and strides), inside the memory its base
+    // object owns; `owner` holds a reference to the array, and through it to that base, so
+    // the memory is not freed while the adopted memory lives. numpy's elements are
+    // initialised. Foreign accesses during gpubuf calls are excluded by the rule stated to
+    // Python users (docs/python.md: no access from another thread while a gpubuf call on
+    // the same array runs); this crate forms no Rust reference to the bytes.
+    let memory = unsafe { CpuMemory::adopt_raw(ptr, s.len, owner) }.map_err(crate::errors::to_py)?;
+    let buffer = Buffer::from_memory(device, Memory::Cpu(memory));
+    let layout = Layout::new(arr.shape().to_vec(), s.strides, s.offset).map_err(crate::errors::to_py)?;
+    let array = with_dtype!(dtype, T => {
+        NDBuffer::<Device, T>::from_buffer_layout(buffer, layout).map(T::wrap).map_err(crate::errors::to_py)?
+    });
+    Ok(Some(array))
+}

@@ -1,0 +1,392 @@
+//! pace-util's halo API over gpubuf's [`gpubuf::HaloDataTransformer`]: `QuantityHaloSpec`,
+//! `HaloExchangeSpec` and `HaloDataTransformer.get(np, exchange_descriptors_x, ...)` with
+//! pace's names, argument order and conventions (strides in bytes, slices as Python
+//! slices, clockwise rotations), so that pace code switches by changing an import.
+//!
+//! Quantities are numpy arrays (a pace `Quantity`'s `.data`; an object with a `.data`
+//! array is taken too), objects with `__dlpack__` in host memory, or `gpubuf.NDBuffer`s. On
+//! the CPU backend numpy arrays are adopted without a copy (`adopt.rs`), so `async_pack`
+//! reads and `async_unpack` writes the arrays' own memory; otherwise an array is uploaded,
+//! and after an unpack downloaded and written back before `async_unpack` returns.
+
+use crate::adopt::adopt;
+use crate::backend::PyBackend;
+use crate::dtype::{dispatch, from_numpy_dtype, parse_dtype, with_dtype, AnyArray, Wrap};
+use crate::errors::{invalid, IntoPy};
+use crate::ndbuffer::PyNDBuffer;
+use gpubuf::{DType, Device, Dim, HaloExchangeSpec, Layout, NDBuffer, Order};
+use numpy::{PyArrayMethods, PyUntypedArray, PyUntypedArrayMethods};
+use pyo3::exceptions::PyNotImplementedError;
+use pyo3::prelude::*;
+use pyo3::types::{PySlice, PyTuple};
+use std::ops::Range;
+
+/// pace's dimension name as gpubuf's [`Dim`]; names pace does not treat as horizontal
+/// are vertical (never rotated), as in pace.
+fn dim_of(name: &str) -> Dim {
+    match name {
+        "x" => Dim::X,
+        "x_interface" => Dim::XInterface,
+        "y" => Dim::Y,
+        "y_interface" => Dim::YInterface,
+        "z_interface" => Dim::ZInterface,
+        _ => Dim::Z,
+    }
+}
+
+/// Memory layout of one quantity and its halo, pace-util's ``QuantityHaloSpec``:
+/// ``QuantityHaloSpec(n_points, strides, itemsize, shape, origin, extent, dims,
+/// numpy_module, dtype)``, strides in bytes, dims named as pace names them (``"x"``,
+/// ``"x_interface"``, ``"y"``, ``"y_interface"``, ``"z"``, ``"z_interface"``; any other
+/// name is a vertical axis).
+#[pyclass(name = "QuantityHaloSpec", module = "gpubuf", frozen)]
+pub struct PyQuantityHaloSpec {
+    spec: gpubuf::QuantityHaloSpec,
+    /// The constructor's arguments, returned by the getters as given.
+    numpy_module: Py<PyAny>,
+    dims: Vec<String>,
+    strides: Vec<isize>,
+}
+
+fn usizes(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<Vec<usize>> {
+    obj.extract::<Vec<i128>>()
+        .map_err(|_| invalid(format!("{what} is a sequence of ints")))?
+        .into_iter()
+        .map(|v| usize::try_from(v).map_err(|_| invalid(format!("{what}: {v} is negative or too large"))))
+        .collect()
+}
+
+#[pymethods]
+impl PyQuantityHaloSpec {
+    /// As pace's dataclass; ``numpy_module`` (default numpy) is kept for pace's sake,
+    /// ``dtype`` (default float64) must have ``itemsize`` bytes.
+    ///
+    /// Raises ``InvalidArgumentError`` for strides that are not positive multiples of
+    /// ``itemsize``, lengths that differ, or a compute domain outside the array;
+    /// ``DTypeMismatchError`` for a dtype gpubuf has no type for or of another size.
+    #[new]
+    #[pyo3(signature = (n_points, strides, itemsize, shape, origin, extent, dims, numpy_module = None, dtype = None))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        n_points: i128,
+        strides: &Bound<'_, PyAny>,
+        itemsize: i128,
+        shape: &Bound<'_, PyAny>,
+        origin: &Bound<'_, PyAny>,
+        extent: &Bound<'_, PyAny>,
+        dims: Vec<String>,
+        numpy_module: Option<Py<PyAny>>,
+        dtype: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Self> {
+        let dtype = dtype.map_or(Ok(DType::F64), parse_dtype)?;
+        if usize::try_from(itemsize).ok() != Some(dtype.size()) {
+            return Err(invalid(format!("itemsize {itemsize} is not the size of {}", dtype.name())));
+        }
+        let n_halo =
+            usize::try_from(n_points).map_err(|_| invalid(format!("n_points {n_points} is negative")))?;
+        let byte_strides: Vec<isize> =
+            strides.extract().map_err(|_| invalid("strides is a sequence of ints (bytes)"))?;
+        // Element sizes are 1 to 8: the cast is exact.
+        let item = dtype.size() as isize;
+        let elems = byte_strides
+            .iter()
+            .map(|&s| {
+                if s > 0 && s % item == 0 {
+                    Ok(s / item)
+                } else {
+                    Err(invalid(format!("stride {s} is not a positive multiple of itemsize {item}")))
+                }
+            })
+            .collect::<PyResult<Vec<_>>>()?;
+        let spec = gpubuf::QuantityHaloSpec {
+            n_halo,
+            shape: usizes(shape, "shape")?,
+            strides: elems,
+            dtype,
+            origin: usizes(origin, "origin")?,
+            extent: usizes(extent, "extent")?,
+            dims: dims.iter().map(|d| dim_of(d)).collect(),
+        };
+        spec.layout().py()?;
+        let numpy_module = match numpy_module {
+            Some(m) => m,
+            None => py.import("numpy")?.into_any().unbind(),
+        };
+        Ok(PyQuantityHaloSpec { spec, numpy_module, dims, strides: byte_strides })
+    }
+
+    /// The halo width.
+    #[getter]
+    fn n_points(&self) -> usize {
+        self.spec.n_halo
+    }
+
+    /// The strides in bytes.
+    #[getter]
+    fn strides<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        PyTuple::new(py, &self.strides)
+    }
+
+    /// The bytes of one element.
+    #[getter]
+    fn itemsize(&self) -> usize {
+        self.spec.dtype.size()
+    }
+
+    /// The array's shape, halo included.
+    #[getter]
+    fn shape<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        PyTuple::new(py, &self.spec.shape)
+    }
+
+    /// The start of the compute domain.
+    #[getter]
+    fn origin<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        PyTuple::new(py, &self.spec.origin)
+    }
+
+    /// The size of the compute domain.
+    #[getter]
+    fn extent<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        PyTuple::new(py, &self.spec.extent)
+    }
+
+    /// The dimension names.
+    #[getter]
+    fn dims<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        PyTuple::new(py, &self.dims)
+    }
+
+    /// The numpy-like module given (numpy by default).
+    #[getter]
+    fn numpy_module(&self, py: Python<'_>) -> Py<PyAny> {
+        self.numpy_module.clone_ref(py)
+    }
+
+    /// The element type, as a ``numpy.dtype``.
+    #[getter]
+    fn dtype<'py>(&self, py: Python<'py>) -> Bound<'py, numpy::PyArrayDescr> {
+        crate::dtype::numpy_dtype(py, self.spec.dtype)
+    }
+}
+
+/// One slice per dimension as index ranges (Python's slicing rules over the spec's
+/// shape; the step must be 1 or None).
+fn ranges(slices: &Bound<'_, PyAny>, shape: &[usize], what: &str) -> PyResult<Vec<Range<usize>>> {
+    let items: Vec<Bound<'_, PyAny>> =
+        slices.extract().map_err(|_| invalid(format!("{what} is a tuple of slices, one per dimension")))?;
+    if items.len() != shape.len() {
+        return Err(invalid(format!("{what}: {} slices for {} dimensions", items.len(), shape.len())));
+    }
+    items
+        .iter()
+        .zip(shape)
+        .map(|(s, &n)| {
+            let s = s.cast::<PySlice>().map_err(|_| invalid(format!("{what} holds a non-slice")))?;
+            let len = isize::try_from(n).map_err(|_| invalid("dimension too large"))?;
+            let i = s.indices(len)?;
+            if i.step != 1 {
+                return Err(invalid(format!(
+                    "{what}: step {} (only contiguous slices are exchanged)",
+                    i.step
+                )));
+            }
+            let (a, b) = (usize::try_from(i.start).unwrap_or(0), usize::try_from(i.stop).unwrap_or(0));
+            Ok(a..b.max(a))
+        })
+        .collect()
+}
+
+/// One exchange, pace-util's ``HaloExchangeSpec(specification, pack_slices,
+/// pack_clockwise_rotation, unpack_slices)``: the slices (one Python slice per dimension)
+/// to pack, the clockwise quarter turns between this rank's axes and the receiver's, and
+/// the slices to unpack into.
+#[pyclass(name = "HaloExchangeSpec", module = "gpubuf", frozen)]
+pub struct PyHaloExchangeSpec {
+    spec: HaloExchangeSpec,
+    specification: Py<PyQuantityHaloSpec>,
+    pack_slices: Py<PyAny>,
+    unpack_slices: Py<PyAny>,
+}
+
+#[pymethods]
+impl PyHaloExchangeSpec {
+    /// Raises ``InvalidArgumentError`` for slices that are not one contiguous slice per
+    /// dimension, or a rotation that is not an int.
+    #[new]
+    fn new(
+        specification: Bound<'_, PyQuantityHaloSpec>,
+        pack_slices: Bound<'_, PyAny>,
+        pack_clockwise_rotation: i128,
+        unpack_slices: Bound<'_, PyAny>,
+    ) -> PyResult<Self> {
+        let q = specification.get().spec.clone();
+        let pack = ranges(&pack_slices, &q.shape, "pack_slices")?;
+        let unpack = ranges(&unpack_slices, &q.shape, "unpack_slices")?;
+        // Taken modulo 4 as pace does, for any int.
+        let rotation = i32::try_from(pack_clockwise_rotation.rem_euclid(4)).unwrap_or(0);
+        let spec = HaloExchangeSpec {
+            specification: q,
+            pack_slices: pack,
+            pack_clockwise_rotation: rotation,
+            unpack_slices: unpack,
+        };
+        spec.check().py()?;
+        Ok(PyHaloExchangeSpec {
+            spec,
+            specification: specification.unbind(),
+            pack_slices: pack_slices.unbind(),
+            unpack_slices: unpack_slices.unbind(),
+        })
+    }
+
+    /// The quantity's layout.
+    #[getter]
+    fn specification(&self, py: Python<'_>) -> Py<PyQuantityHaloSpec> {
+        self.specification.clone_ref(py)
+    }
+
+    /// The slices packed, as given.
+    #[getter]
+    fn pack_slices(&self, py: Python<'_>) -> Py<PyAny> {
+        self.pack_slices.clone_ref(py)
+    }
+
+    /// The slices unpacked into, as given.
+    #[getter]
+    fn unpack_slices(&self, py: Python<'_>) -> Py<PyAny> {
+        self.unpack_slices.clone_ref(py)
+    }
+
+    /// The clockwise quarter turns (modulo 4).
+    #[getter]
+    fn pack_clockwise_rotation(&self) -> i32 {
+        self.spec.pack_clockwise_rotation
+    }
+
+    /// The elements packed.
+    #[getter]
+    fn pack_buffer_size(&self) -> PyResult<usize> {
+        self.spec.pack_size().py()
+    }
+}
+
+/// The Rust specs of a list of `HaloExchangeSpec`s.
+pub(crate) fn specs_of(list: &Bound<'_, PyAny>) -> PyResult<Vec<HaloExchangeSpec>> {
+    let items: Vec<Bound<'_, PyAny>> =
+        list.extract().map_err(|_| invalid("exchange descriptors are a sequence of HaloExchangeSpec"))?;
+    items
+        .iter()
+        .map(|i| {
+            i.cast::<PyHaloExchangeSpec>()
+                .map(|s| s.get().spec.clone())
+                .map_err(|_| invalid("exchange descriptors are HaloExchangeSpec objects"))
+        })
+        .collect()
+}
+
+/// The device `get` builds on: `backend`, or a new CPU device for numpy.
+pub(crate) fn device_for(np_module: &Bound<'_, PyAny>, backend: Option<&PyBackend>) -> PyResult<Device> {
+    if let Some(b) = backend {
+        return Ok(b.device.clone());
+    }
+    let np = np_module.py().import("numpy")?;
+    if np_module.is_none() || np_module.is(&np) {
+        return Ok(Device::cpu());
+    }
+    Err(PyNotImplementedError::new_err(format!(
+        "numpy module {} has no transformer without backend=: pass backend=gpubuf.Backend(...)",
+        np_module.repr().map(|r| r.to_string()).unwrap_or_default()
+    )))
+}
+
+/// A quantity as an array on `device`: an `NDBuffer` as it is, a numpy array (or an
+/// object whose `.data` is one, or one with `__dlpack__`) adopted or uploaded. The second
+/// value is the numpy array to write an unpack back into when it was uploaded.
+pub(crate) fn quantity(
+    obj: &Bound<'_, PyAny>,
+    device: &Device,
+    dtype: DType,
+) -> PyResult<(AnyArray, Option<Py<PyAny>>)> {
+    if let Ok(nd) = obj.cast::<PyNDBuffer>() {
+        return Ok((nd.get().array.clone(), None));
+    }
+    let py = obj.py();
+    let np = py.import("numpy")?;
+    let arr = if let Ok(a) = obj.cast::<PyUntypedArray>() {
+        a.clone()
+    } else if let Ok(a) =
+        obj.getattr("data").and_then(|d| d.cast_into::<PyUntypedArray>().map_err(Into::into))
+    {
+        a
+    } else if obj.hasattr("__dlpack__")? {
+        np.call_method1("from_dlpack", (obj,))?.cast_into::<PyUntypedArray>()?
+    } else {
+        return Err(invalid(
+            "a quantity is a numpy array, an object with a .data array, or a gpubuf.NDBuffer",
+        ));
+    };
+    let got = from_numpy_dtype(&arr.dtype())?;
+    if got != dtype {
+        return Err(crate::errors::to_py(gpubuf::Error::DTypeMismatch { expected: dtype, got }));
+    }
+    if let Some(a) = adopt(&arr, dtype, device, false)? {
+        return Ok((a, None));
+    }
+    let array = with_dtype!(dtype, T => {
+        let typed = arr.cast::<numpy::PyArrayDyn<T>>()?;
+        let ro = typed.try_readonly().map_err(|e| invalid(e.to_string()))?;
+        let view = ro.as_array();
+        let dev = device.clone();
+        py.detach(move || NDBuffer::<Device, T>::from_ndarray(&dev, view)).py()?.wrap_any()
+    });
+    Ok((array, Some(arr.into_any().unbind())))
+}
+
+/// Wrapping into [`AnyArray`] as a method, for use inside `with_dtype!`.
+trait WrapAny {
+    fn wrap_any(self) -> AnyArray;
+}
+
+impl<T: Wrap> WrapAny for NDBuffer<Device, T> {
+    fn wrap_any(self) -> AnyArray {
+        T::wrap(self)
+    }
+}
+
+/// A 1-d view of `len` elements of dtype `d` over `buf`.
+pub(crate) fn buffer_array(buf: gpubuf::Buffer<Device>, d: DType, len: usize) -> PyResult<AnyArray> {
+    let layout = Layout::contiguous(&[len], Order::C).py()?;
+    with_dtype!(d, T => NDBuffer::<Device, T>::from_buffer_layout(buf, layout).map(T::wrap).py())
+}
+
+/// The bytes of the host memory of each distinct CPU allocation among `arrays`; two
+/// distinct allocations over the same bytes (a numpy array adopted twice, a gpubuf array
+/// brought back through numpy) would be written as if they were unrelated.
+///
+/// # Errors
+/// `InvalidArgumentError` when two distinct allocations overlap.
+pub(crate) fn check_disjoint(arrays: &[&AnyArray]) -> PyResult<()> {
+    use gpubuf::DeviceMemory;
+    let mut seen: Vec<(usize, usize, usize)> = Vec::new();
+    for a in arrays {
+        let (id, start, len) = dispatch!(a, nd => {
+            let m = nd.buffer().memory();
+            match m.as_cpu() {
+                Some(c) => (m.id(), c.as_ptr() as usize, m.len()),
+                None => continue,
+            }
+        });
+        for &(i, s, l) in &seen {
+            if i != id && start < s.saturating_add(l) && s < start.saturating_add(len) {
+                return Err(invalid(
+                    "two quantities share memory through different handles (an array adopted twice): \
+                     pass the same array object for both",
+                ));
+            }
+        }
+        seen.push((id, start, len));
+    }
+    Ok(())
+}

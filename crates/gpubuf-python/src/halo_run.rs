@@ -1,0 +1,353 @@
+//! `gpubuf.HaloDataTransformer`: pace-util's transformer (`get`, `async_pack`,
+//! `async_unpack`, `synchronize`, `get_pack_buffer`, `get_unpack_buffer`, `ready`,
+//! `finalize`) over gpubuf's, one launch per pack and per unpack. The spec classes and
+//! the conversion of quantities are in `halo.rs`.
+
+use crate::backend::PyBackend;
+use crate::dtype::{AnyArray, Wrap};
+use crate::errors::{invalid, IntoPy};
+use crate::halo::{buffer_array, check_disjoint, device_for, quantity, specs_of};
+use crate::ndbuffer::PyNDBuffer;
+use gpubuf::{DType, Device, HaloDataTransformer, NDBuffer};
+use numpy::{PyUntypedArray, PyUntypedArrayMethods};
+use parking_lot::Mutex;
+use pyo3::prelude::*;
+
+/// A transformer of any element type.
+enum AnyTransformer {
+    U8(HaloDataTransformer<Device, u8>),
+    I32(HaloDataTransformer<Device, i32>),
+    U32(HaloDataTransformer<Device, u32>),
+    I64(HaloDataTransformer<Device, i64>),
+    F16(HaloDataTransformer<Device, half::f16>),
+    F32(HaloDataTransformer<Device, f32>),
+    F64(HaloDataTransformer<Device, f64>),
+}
+
+macro_rules! tdispatch {
+    ($t:expr, $x:ident => $body:expr) => {
+        match $t {
+            AnyTransformer::U8($x) => $body,
+            AnyTransformer::I32($x) => $body,
+            AnyTransformer::U32($x) => $body,
+            AnyTransformer::I64($x) => $body,
+            AnyTransformer::F16($x) => $body,
+            AnyTransformer::F32($x) => $body,
+            AnyTransformer::F64($x) => $body,
+        }
+    };
+}
+
+/// The typed array an [`AnyArray`] holds, when it is of type `Self`.
+trait Typed: Wrap {
+    fn typed(a: &AnyArray) -> Option<&NDBuffer<Device, Self>>;
+}
+
+macro_rules! typed {
+    ($t:ty, $v:ident) => {
+        impl Typed for $t {
+            fn typed(a: &AnyArray) -> Option<&NDBuffer<Device, Self>> {
+                match a {
+                    AnyArray::$v(nd) => Some(nd),
+                    _ => None,
+                }
+            }
+        }
+    };
+}
+typed!(u8, U8);
+typed!(i32, I32);
+typed!(u32, U32);
+typed!(i64, I64);
+typed!(half::f16, F16);
+typed!(f32, F32);
+typed!(f64, F64);
+
+fn typed_list<T: Typed>(v: &[AnyArray]) -> PyResult<Vec<&NDBuffer<Device, T>>> {
+    v.iter()
+        .map(|a| {
+            T::typed(a).ok_or_else(|| {
+                crate::errors::to_py(gpubuf::Error::DTypeMismatch { expected: T::DTYPE, got: a.dtype() })
+            })
+        })
+        .collect()
+}
+
+/// The quantities of one call: arrays on the transformer's device, and the numpy arrays
+/// that were uploaded (to write an unpack back into), each with its array.
+struct Quantities {
+    x: Vec<AnyArray>,
+    y: Option<Vec<AnyArray>>,
+    uploaded: Vec<(Py<PyAny>, AnyArray)>,
+}
+
+/// Converts the quantities; one numpy array passed several times (same data pointer,
+/// shape and strides) becomes one array.
+fn quantities(
+    xs: &Bound<'_, PyAny>,
+    ys: Option<&Bound<'_, PyAny>>,
+    device: &Device,
+    dtype: DType,
+) -> PyResult<Quantities> {
+    type Key = (usize, Vec<usize>, Vec<isize>);
+    let mut seen: Vec<(Key, AnyArray)> = Vec::new();
+    let mut uploaded = Vec::new();
+    let mut list = |l: &Bound<'_, PyAny>| -> PyResult<Vec<AnyArray>> {
+        let items: Vec<Bound<'_, PyAny>> =
+            l.extract().map_err(|_| invalid("quantities are a sequence of arrays, one per spec"))?;
+        let mut out = Vec::with_capacity(items.len());
+        for item in &items {
+            let key = match item.cast::<PyUntypedArray>() {
+                Ok(a) => Some((
+                    a.getattr("ctypes")?.getattr("data")?.extract::<usize>()?,
+                    a.shape().to_vec(),
+                    a.strides().to_vec(),
+                )),
+                Err(_) => None,
+            };
+            if let Some(hit) = key.as_ref().and_then(|k| seen.iter().find(|(s, _)| s == k)) {
+                out.push(hit.1.clone());
+                continue;
+            }
+            let (array, back) = quantity(item, device, dtype)?;
+            if let Some(k) = key {
+                seen.push((k, array.clone()));
+            }
+            if let Some(b) = back {
+                uploaded.push((b, array.clone()));
+            }
+            out.push(array);
+        }
+        Ok(out)
+    };
+    let x = list(xs)?;
+    let y = ys.map(&mut list).transpose()?;
+    let all: Vec<&AnyArray> = x.iter().chain(y.iter().flatten()).collect();
+    check_disjoint(&all)?;
+    Ok(Quantities { x, y, uploaded })
+}
+
+/// pace-util's ``HaloDataTransformer``: packs many halo regions (rotated, scalar or
+/// vector) into one buffer and unpacks one buffer into many, one launch each. Build it
+/// with ``HaloDataTransformer.get(numpy, exchange_descriptors_x,
+/// exchange_descriptors_y=None, backend=None)``.
+#[pyclass(name = "HaloDataTransformer", module = "gpubuf", frozen)]
+pub struct PyHaloDataTransformer {
+    inner: Mutex<AnyTransformer>,
+    device: Device,
+    dtype: DType,
+    /// Arrays used by queued work, kept alive until `synchronize`.
+    in_flight: Mutex<Vec<AnyArray>>,
+}
+
+impl PyHaloDataTransformer {
+    /// Runs `f` on the transformer with the GIL released.
+    fn run<R: Send>(
+        &self,
+        py: Python<'_>,
+        f: impl FnOnce(&mut AnyTransformer) -> PyResult<R> + Send,
+    ) -> PyResult<R> {
+        let mut t =
+            self.inner.try_lock().ok_or_else(|| invalid("the transformer is in use on another thread"))?;
+        let t = &mut *t;
+        py.detach(move || f(t))
+    }
+
+    fn launch(&self, py: Python<'_>, q: &Quantities, pack: bool) -> PyResult<()> {
+        let (x, y) = (&q.x, q.y.as_deref());
+        self.run(py, |t| {
+            tdispatch!(t, t => {
+                let xs = typed_list(x)?;
+                let ys = y.map(typed_list).transpose()?;
+                let r = if pack { t.async_pack(&xs, ys.as_deref()) } else { t.async_unpack(&xs, ys.as_deref()) };
+                r.py()
+            })
+        })?;
+        self.in_flight.lock().extend(q.x.iter().chain(q.y.iter().flatten()).cloned());
+        Ok(())
+    }
+}
+
+#[pymethods]
+impl PyHaloDataTransformer {
+    /// A transformer for ``exchange_descriptors_x`` (scalars, or the x components of
+    /// vectors) and ``exchange_descriptors_y`` (the y components, same length), as pace's
+    /// ``HaloDataTransformer.get``. ``np_module`` numpy (or None) builds on a new CPU
+    /// device; ``backend=`` names the device instead (OpenCL, CUDA).
+    ///
+    /// Raises ``InvalidArgumentError`` for empty or unequal lists or mixed dtypes,
+    /// ``NotImplementedError`` for another numpy-like module without ``backend``.
+    #[staticmethod]
+    #[pyo3(signature = (np_module, exchange_descriptors_x, exchange_descriptors_y = None, backend = None))]
+    fn get(
+        py: Python<'_>,
+        np_module: &Bound<'_, PyAny>,
+        exchange_descriptors_x: &Bound<'_, PyAny>,
+        exchange_descriptors_y: Option<&Bound<'_, PyAny>>,
+        backend: Option<&PyBackend>,
+    ) -> PyResult<Self> {
+        let device = device_for(np_module, backend)?;
+        let x = specs_of(exchange_descriptors_x)?;
+        let y = exchange_descriptors_y.map(specs_of).transpose()?;
+        let dtype =
+            x.first().map(|s| s.specification.dtype).ok_or_else(|| invalid("no exchange descriptors"))?;
+        let dev = device.clone();
+        let inner = py
+            .detach(move || {
+                Ok::<_, gpubuf::Error>(match dtype {
+                    DType::U8 => AnyTransformer::U8(HaloDataTransformer::new(&dev, x, y)?),
+                    DType::I32 => AnyTransformer::I32(HaloDataTransformer::new(&dev, x, y)?),
+                    DType::U32 => AnyTransformer::U32(HaloDataTransformer::new(&dev, x, y)?),
+                    DType::I64 => AnyTransformer::I64(HaloDataTransformer::new(&dev, x, y)?),
+                    DType::F16 => AnyTransformer::F16(HaloDataTransformer::new(&dev, x, y)?),
+                    DType::F32 => AnyTransformer::F32(HaloDataTransformer::new(&dev, x, y)?),
+                    DType::F64 => AnyTransformer::F64(HaloDataTransformer::new(&dev, x, y)?),
+                })
+            })
+            .py()?;
+        Ok(PyHaloDataTransformer {
+            inner: Mutex::new(inner),
+            device,
+            dtype,
+            in_flight: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// Queues the packing of every spec's pack slices, rotated, into the pack buffer: one
+    /// array per spec in ``quantities_x`` (and ``quantities_y`` for vectors), the same
+    /// array allowed for several specs.
+    ///
+    /// Raises ``InvalidArgumentError`` for the wrong number of arrays or strides unlike
+    /// the spec, ``ShapeMismatchError``, ``DTypeMismatchError``.
+    #[pyo3(signature = (quantities_x, quantities_y = None))]
+    fn async_pack(
+        &self,
+        py: Python<'_>,
+        quantities_x: &Bound<'_, PyAny>,
+        quantities_y: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        let q = quantities(quantities_x, quantities_y, &self.device, self.dtype)?;
+        self.launch(py, &q, true)
+    }
+
+    /// Queues the unpacking of the unpack buffer into every spec's unpack slices. Arrays
+    /// that had to be uploaded (not adopted) are written back before this returns.
+    ///
+    /// Raises as ``async_pack``, and ``InvalidPlanError`` when two specs unpack into the
+    /// same elements of one array.
+    #[pyo3(signature = (quantities_x, quantities_y = None))]
+    fn async_unpack(
+        &self,
+        py: Python<'_>,
+        quantities_x: &Bound<'_, PyAny>,
+        quantities_y: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        let q = quantities(quantities_x, quantities_y, &self.device, self.dtype)?;
+        self.launch(py, &q, false)?;
+        if q.uploaded.is_empty() {
+            return Ok(());
+        }
+        self.synchronize(py)?;
+        let np = py.import("numpy")?;
+        for (target, array) in &q.uploaded {
+            let host = PyNDBuffer::to_numpy(&Bound::new(py, PyNDBuffer { array: array.clone() })?)?;
+            np.call_method1("copyto", (target.bind(py), host))?;
+        }
+        Ok(())
+    }
+
+    /// Waits for the queued packs and unpacks.
+    fn synchronize(&self, py: Python<'_>) -> PyResult<()> {
+        self.run(py, |t| tdispatch!(t, t => t.synchronize().py()))?;
+        self.in_flight.lock().clear();
+        Ok(())
+    }
+
+    /// The pack buffer (what to send) as a 1-d ``NDBuffer``, after the queued work
+    /// completed; on the CPU ``numpy.asarray`` of it is a view.
+    ///
+    /// Raises ``InvalidArgumentError`` after ``finalize()``.
+    fn get_pack_buffer(&self, py: Python<'_>) -> PyResult<PyNDBuffer> {
+        let (buf, len) =
+            self.run(py, |t| tdispatch!(t, t => t.pack_buffer().map(|b| (b.clone(), t.buffer_len())).py()))?;
+        self.in_flight.lock().clear();
+        Ok(PyNDBuffer { array: buffer_array(buf, self.dtype, len)? })
+    }
+
+    /// The unpack buffer (where received data goes) as a 1-d ``NDBuffer``, after the
+    /// queued work completed; on the CPU write into ``numpy.asarray`` of it, elsewhere use
+    /// ``receive``.
+    ///
+    /// Raises ``InvalidArgumentError`` after ``finalize()``.
+    fn get_unpack_buffer(&self, py: Python<'_>) -> PyResult<PyNDBuffer> {
+        let (buf, len) = self
+            .run(py, |t| tdispatch!(t, t => t.unpack_buffer().map(|b| (b.clone(), t.buffer_len())).py()))?;
+        self.in_flight.lock().clear();
+        Ok(PyNDBuffer { array: buffer_array(buf, self.dtype, len)? })
+    }
+
+    /// Copies received data (a numpy array of the transformer's dtype and
+    /// ``buffer_size`` elements, any shape) into the unpack buffer.
+    ///
+    /// Raises ``LengthMismatchError`` for another number of bytes, ``DTypeMismatchError``.
+    fn receive(&self, py: Python<'_>, data: &Bound<'_, PyAny>) -> PyResult<()> {
+        let arr = py.import("numpy")?.call_method1("ascontiguousarray", (data,))?;
+        let arr = arr.cast_into::<PyUntypedArray>()?;
+        let got = crate::dtype::from_numpy_dtype(&arr.dtype())?;
+        if got != self.dtype {
+            return Err(crate::errors::to_py(gpubuf::Error::DTypeMismatch { expected: self.dtype, got }));
+        }
+        let bytes: Vec<u8> = arr.call_method0("tobytes")?.extract()?;
+        self.run(py, move |t| tdispatch!(t, t => t.receive_host(&bytes).py()))
+    }
+
+    /// Copies the pack buffer into the unpack buffer on the device (a rank that is its
+    /// own neighbour).
+    ///
+    /// Raises ``InvalidArgumentError`` when a spec unpacks another shape than it packs.
+    fn loopback(&self, py: Python<'_>) -> PyResult<()> {
+        self.run(py, |t| tdispatch!(t, t => t.loopback().py()))
+    }
+
+    /// Whether the buffers are there (until ``finalize()``).
+    fn ready(&self) -> PyResult<bool> {
+        let t =
+            self.inner.try_lock().ok_or_else(|| invalid("the transformer is in use on another thread"))?;
+        Ok(tdispatch!(&*t, t => t.ready()))
+    }
+
+    /// Waits for queued work and releases both buffers.
+    fn finalize(&self, py: Python<'_>) -> PyResult<()> {
+        self.run(py, |t| tdispatch!(t, t => t.finalize().py()))?;
+        self.in_flight.lock().clear();
+        Ok(())
+    }
+
+    /// The elements of each buffer.
+    #[getter]
+    fn buffer_size(&self) -> PyResult<usize> {
+        let t =
+            self.inner.try_lock().ok_or_else(|| invalid("the transformer is in use on another thread"))?;
+        Ok(tdispatch!(&*t, t => t.buffer_len()))
+    }
+
+    /// The element type, as a ``numpy.dtype``.
+    #[getter]
+    fn dtype<'py>(&self, py: Python<'py>) -> Bound<'py, numpy::PyArrayDescr> {
+        crate::dtype::numpy_dtype(py, self.dtype)
+    }
+
+    /// The backend the buffers live on.
+    #[getter]
+    fn backend(&self) -> PyBackend {
+        PyBackend::new(self.device.clone())
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "gpubuf.HaloDataTransformer(dtype={}, backend={:?})",
+            self.dtype.name(),
+            self.device.kind().name()
+        )
+    }
+}
