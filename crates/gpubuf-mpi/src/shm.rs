@@ -84,7 +84,9 @@ pub(crate) struct Want {
 /// returns the window and each link's slots (`None`: message passing).
 ///
 /// # Errors
-/// MPI errors; [`Error::InvalidArgument`] when the slots overflow the window's size type.
+/// MPI errors; [`Error::InvalidArgument`] when the slots overflow the window's size type,
+/// or when a neighbour's slot for this rank's message has another length than the message
+/// (the two ranks' halo specs differ) or lies outside its segment.
 pub(crate) fn setup(comm: &SimpleCommunicator, links: &[Want]) -> Result<(Shared, Vec<Option<Slot>>)> {
     let node = comm.split_shared(comm.rank());
     let credits = comm.duplicate();
@@ -138,25 +140,39 @@ pub(crate) fn setup(comm: &SimpleCommunicator, links: &[Want]) -> Result<(Shared
     // slot's address is aligned (each slot's start and the segment's spare `ALIGN` bytes
     // keep it inside the segment).
     let lead = (ALIGN - (base as usize) % ALIGN) % ALIGN;
-    let offers: Vec<u64> = offsets.iter().map(|o| o.map_or(NO_SLOT, |off| (off + lead) as u64)).collect();
-    let mut theirs = vec![NO_SLOT; links.len()];
+    // Each offer also carries the slot's length (the message this rank expects), so a
+    // sender whose message is longer or shorter (different halo specs on the two ranks) is
+    // refused instead of writing past the slot or leaving part of it unwritten.
+    let offers: Vec<[u64; 2]> = offsets
+        .iter()
+        .zip(links)
+        .map(|(o, l)| o.map_or([NO_SLOT, 0], |off| [(off + lead) as u64, l.bytes as u64]))
+        .collect();
+    let mut theirs = vec![[NO_SLOT, 0]; links.len()];
     let peers = &shared.credits;
     mpi::request::scope(|scope| {
         let mut guards = Vec::with_capacity(2 * links.len());
         for (l, t) in links.iter().zip(theirs.iter_mut()) {
             let p = peers.process_at_rank(l.rank as i32);
-            guards.push(WaitGuard::from(p.immediate_receive_into_with_tag(scope, t, 1)));
+            guards.push(WaitGuard::from(p.immediate_receive_into_with_tag(scope, &mut t[..], 1)));
         }
         for (l, o) in links.iter().zip(&offers) {
             let p = peers.process_at_rank(l.rank as i32);
-            guards.push(WaitGuard::from(p.immediate_send_with_tag(scope, o, 1)));
+            guards.push(WaitGuard::from(p.immediate_send_with_tag(scope, &o[..], 1)));
         }
     });
     let mut slots = Vec::with_capacity(links.len());
-    for ((l, &mine), &peer_off) in links.iter().zip(&offers).zip(&theirs) {
+    for ((l, &[mine, _]), &[peer_off, peer_len]) in links.iter().zip(&offers).zip(&theirs) {
         if mine == NO_SLOT || peer_off == NO_SLOT {
             slots.push(None);
             continue;
+        }
+        if peer_len != l.bytes as u64 {
+            return Err(Error::invalid(format!(
+                "rank {} expects a halo message of {peer_len} bytes from this rank, which sends {} \
+                 (different halo specs on the two ranks)",
+                l.rank, l.bytes
+            )));
         }
         let Some(peer) = group.translate_rank(l.rank as i32, &node_group) else {
             return Err(Error::invalid("a neighbour offered a slot on another node"));
@@ -176,12 +192,17 @@ pub(crate) fn setup(comm: &SimpleCommunicator, links: &[Want]) -> Result<(Shared
         check(code, "MPI_Win_shared_query")?;
         let end = usize::try_from(peer_off).ok().and_then(|o| o.checked_add(l.bytes).map(|e| (o, e)));
         match end {
-            Some((o, e)) if e as u128 <= size.max(0) as u128 => slots.push(Some(Slot {
-                // In bounds of the peer's segment (checked just above).
-                peer: peer_base.wrapping_add(o),
-                // In bounds of this rank's segment: `mine` + bytes <= len (with the lead).
-                own: base.wrapping_add(mine as usize),
-            })),
+            Some((o, e))
+                if e as u128 <= size.max(0) as u128 && (peer_base as usize).wrapping_add(o) % ALIGN == 0 =>
+            {
+                slots.push(Some(Slot {
+                    // In bounds of the peer's segment and aligned (checked just above); as long
+                    // as the message (the lengths agree, checked above).
+                    peer: peer_base.wrapping_add(o),
+                    // In bounds of this rank's segment: `mine` + bytes <= len (with the lead).
+                    own: base.wrapping_add(mine as usize),
+                }))
+            }
             _ => return Err(Error::invalid("a neighbour offered a slot outside its window")),
         }
     }
