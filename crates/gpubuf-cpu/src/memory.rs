@@ -124,7 +124,11 @@ impl CpuMemory {
     ///   gpubuf operation may read or write them: gpubuf's lock orders its own accesses
     ///   only, so foreign accesses must be ordered by the caller (for example by not
     ///   touching the memory from another thread during a gpubuf call), and no Rust
-    ///   reference (`&[u8]`, `&mut [u8]`) to the bytes may be live across a gpubuf call.
+    ///   reference (`&[u8]`, `&mut [u8]`) to the bytes may be live across a gpubuf call;
+    /// * no gpubuf operation is given both this memory and another allocation that shares
+    ///   bytes with it (a gpubuf allocation, or the same bytes adopted again): operations
+    ///   take distinct allocations to be disjoint (each has its own lock, and copies between
+    ///   them do not allow for overlap).
     pub unsafe fn adopt_raw(
         ptr: NonNull<u8>,
         len: usize,
