@@ -126,9 +126,12 @@ impl CpuMemory {
     ///   touching the memory from another thread during a gpubuf call), and no Rust
     ///   reference (`&[u8]`, `&mut [u8]`) to the bytes may be live across a gpubuf call;
     /// * no gpubuf operation is given both this memory and another allocation that shares
-    ///   bytes with it (a gpubuf allocation, or the same bytes adopted again): operations
-    ///   take distinct allocations to be disjoint (each has its own lock, and copies between
-    ///   them do not allow for overlap).
+    ///   bytes with it (a gpubuf allocation, or the same bytes adopted again), unless the
+    ///   operation checks for it: distinct allocations are taken to be disjoint (each has its
+    ///   own lock, and copies between them do not allow for overlap). The CPU backend's
+    ///   copies, gathers and scatters check, and refuse such a pair with
+    ///   [`Error::InvalidArgument`]; nested `with_bytes`/`with_array` closures on two
+    ///   allocations, and code walking allocations' bytes itself, do not.
     pub unsafe fn adopt_raw(
         ptr: NonNull<u8>,
         len: usize,
@@ -301,11 +304,23 @@ impl Locked<'_> {
 /// are released.
 ///
 /// # Errors
-/// As [`CpuMemory::lock`].
+/// As [`CpuMemory::lock`]; [`Error::InvalidArgument`] (nothing locked) when two distinct
+/// allocations share bytes (memory adopted twice, or a gpubuf allocation adopted again
+/// through a foreign view of it): the callers copy between allocations as if they were
+/// disjoint.
 pub(crate) fn lock_all<'a>(mems: &[&'a CpuMemory]) -> Result<(Vec<Locked<'a>>, Vec<*mut u8>)> {
     let mut order: Vec<&CpuMemory> = mems.to_vec();
     order.sort_by_key(|m| m.id());
     order.dedup_by_key(|m| m.id());
+    let mut spans: Vec<(usize, usize)> =
+        order.iter().filter(|m| m.len > 0).map(|m| (m.ptr.as_ptr() as usize, m.len)).collect();
+    spans.sort_unstable();
+    if spans.windows(2).any(|w| w[0].0.saturating_add(w[0].1) > w[1].0) {
+        return Err(Error::invalid(
+            "two distinct CPU allocations share memory (host memory adopted twice, or a gpubuf \
+             allocation adopted again): one operation cannot use both",
+        ));
+    }
     let guards: Vec<Locked<'a>> = order.iter().map(|m| m.lock()).collect::<Result<_>>()?;
     let ptrs = mems.iter().map(|m| m.ptr.as_ptr()).collect();
     Ok((guards, ptrs))
@@ -346,6 +361,32 @@ mod tests {
         assert_eq!(drops.load(Ordering::SeqCst), 0);
         drop(mem);
         assert_eq!(drops.load(Ordering::SeqCst), 1);
+    }
+
+    #[test]
+    fn lock_all_refuses_distinct_allocations_sharing_bytes() {
+        let mut storage = vec![0u64; 8];
+        let base = storage.as_mut_ptr().cast::<u8>();
+        let at = |k: usize| NonNull::new(base.wrapping_add(k)).unwrap();
+        // SAFETY: every range lies inside the 64 bytes of `storage`, which outlives the three
+        // and is not touched otherwise; the overlapping pairs are only given to `lock_all`,
+        // which must refuse them before any byte is touched.
+        let (a, b, c) = unsafe {
+            (
+                CpuMemory::adopt_raw(at(0), 32, Box::new(())).unwrap(),
+                CpuMemory::adopt_raw(at(24), 16, Box::new(())).unwrap(),
+                CpuMemory::adopt_raw(at(32), 32, Box::new(())).unwrap(),
+            )
+        };
+        let own = CpuMemory::new(64, false).unwrap();
+        assert!(lock_all(&[&a, &b]).is_err());
+        assert!(lock_all(&[&own, &c, &b]).is_err());
+        // Adjacent, or the same allocation twice, is fine; nothing stays locked after a
+        // refusal.
+        assert_eq!(lock_all(&[&a, &c, &a, &own]).unwrap().1.len(), 4);
+        assert!(lock_all(&[&b]).is_ok());
+        drop((a, b, c));
+        drop(storage);
     }
 
     #[test]
