@@ -1,5 +1,6 @@
 //! The MPI part of `cargo xtask test-all`: the halo tests under `mpirun -n 4` and `-n 6`,
-//! and the demo's checksum with 1 and 4 ranks.
+//! the shared-window link checks under `mpirun -n 4`, and the demo's checksum with 1 and 4
+//! ranks.
 
 use crate::artifacts::build_executable;
 use crate::sh::run_tee;
@@ -49,7 +50,27 @@ pub fn run(tally: &mut Tally) {
             tally.note(format!("mpi: mpirun -n 4 and -n 6 ran, {passed} passed, {failed} failed"));
         }
     }
+    window(tally);
     demo(tally);
+}
+
+/// The shared-window tests (`mpi_window`, a libtest binary: every rank runs every test and
+/// exits non-zero on a failure) under `mpirun -n 4`: one step.
+fn window(tally: &mut Tally) {
+    let Some(exe) =
+        build_executable(&["test", "--no-run", "-p", "gpubuf-mpi", "--test", "mpi_window"], "mpi_window")
+    else {
+        tally.fail("mpi window: FAILED (building the tests failed)".into());
+        return;
+    };
+    let (lines, ok) = run_tee(mpirun("4").arg(&exe).args(["--test-threads=1", "--color", "never"]));
+    let ran = lines.iter().filter(|l| l.starts_with("test result: ok.")).count();
+    if ok && ran == 4 {
+        tally.passed += 1;
+        tally.note("mpi window: mpirun -n 4, every rank passed".into());
+    } else {
+        tally.fail(format!("mpi window: FAILED ({ran} of 4 ranks passed)"));
+    }
 }
 
 /// The demo: the same checksum with 1 and 4 ranks.
