@@ -191,6 +191,16 @@ impl CudaBackend {
     ) -> Result<()> {
         let Some(module) = plan.module.as_ref() else { return Ok(()) };
         self.bind()?;
+        // Every allocation the launch touches belongs to this context, and the launch
+        // stream waits for any of them allocated stream-ordered on another stream.
+        for a in arrays {
+            self.use_on(stream, a.memory)?;
+        }
+        self.use_on(stream, buffer.memory)?;
+        for part in &plan.parts {
+            self.use_on(stream, &part.segs)?;
+            self.use_on(stream, &part.starts)?;
+        }
         let w = plan.dtype.size().trailing_zeros() as usize;
         let f = if gather { module.gather[w] } else { module.scatter[w] };
         let sms = self.inner.info.compute_units.max(1);
