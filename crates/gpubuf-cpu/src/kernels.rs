@@ -172,6 +172,47 @@ pub(crate) unsafe fn execute(
     buffer: *mut u8,
     dir: Direction,
 ) {
+    // SAFETY: this function's contract.
+    unsafe { execute_on(plan, dtype, arrays, buffer, dir, true) }
+}
+
+/// Executes `plan` between raw host pointers on the calling thread alone, with the
+/// executor the CPU backend uses (rows in memory order, `memcpy` rows, tiles for
+/// transposes, streaming stores for large gathers): for memory that is not a gpubuf
+/// allocation, such as an MPI shared-memory window. `gather` moves the arrays into the
+/// buffer, else the buffer into the arrays.
+///
+/// # Safety
+/// * `arrays[i]` points to at least `plan.source_lens()[i]` elements of `dtype`, and
+///   `buffer` to at least `plan.buffer_len()` elements, all aligned to the dtype's size and
+///   valid for the whole call (reads, plus writes on the side being written);
+/// * the buffer shares no byte with any array;
+/// * nothing else accesses the written memory during the call.
+pub unsafe fn run_plan_serial(
+    plan: &CopyPlan,
+    dtype: DType,
+    arrays: &[*mut u8],
+    buffer: *mut u8,
+    gather: bool,
+) {
+    let dir = if gather { Direction::Gather } else { Direction::Scatter };
+    // SAFETY: this function's contract; one thread moves every element, so arrays that
+    // overlap each other see their writes in plan order, never concurrently.
+    unsafe { execute_on(plan, dtype, arrays, buffer, dir, false) }
+}
+
+/// [`execute`], spreading large plans over the task team when `parallel`.
+///
+/// # Safety
+/// As [`execute`] (with `parallel` false, scatter targets may overlap each other).
+unsafe fn execute_on(
+    plan: &CopyPlan,
+    dtype: DType,
+    arrays: &[*mut u8],
+    buffer: *mut u8,
+    dir: Direction,
+    parallel: bool,
+) {
     let arrays: Vec<Ptr> = arrays.iter().map(|&p| Ptr(p)).collect();
     let buffer = Ptr(buffer);
     let float = dtype.is_float();
@@ -196,7 +237,7 @@ pub(crate) unsafe fn execute(
             }
         }
     };
-    let tasks = tasks(bytes);
+    let tasks = if parallel { tasks(bytes) } else { 1 };
     if tasks <= 1 {
         units.iter().for_each(|&u| run(&jobs, u));
         return;
