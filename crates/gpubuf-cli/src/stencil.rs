@@ -123,6 +123,7 @@ pub(crate) fn check_fields<B: Kernels>(
 }
 
 /// The eight arguments of a device stencil launch.
+#[cfg(any(feature = "opencl", feature = "cuda"))]
 pub(crate) type StencilArgs<'a, B> = [gpubuf::kernel::KernelArg<'a, <B as gpubuf::Allocator>::Memory>; 8];
 
 /// The arguments of the device stencil kernels (OpenCL C and CUDA C take the same list):
@@ -131,6 +132,7 @@ pub(crate) type StencilArgs<'a, B> = [gpubuf::kernel::KernelArg<'a, <B as gpubuf
 ///
 /// # Errors
 /// As [`check_fields`] and `NDBuffer::kernel_parts`.
+#[cfg(any(feature = "opencl", feature = "cuda"))]
 pub(crate) fn kernel_args<'a, B: Kernels>(
     cur: &'a NDBuffer<B, f64>,
     next: &'a NDBuffer<B, f64>,
