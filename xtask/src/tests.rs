@@ -6,6 +6,7 @@ use crate::summary::{count, Tally};
 use crate::{cudagen, miri, mpi, python};
 use std::collections::BTreeMap;
 use std::process::Command;
+use std::time::Instant;
 
 /// Whether each backend can run here, from `gpubuf info --json`.
 fn probe() -> BTreeMap<&'static str, Result<String, String>> {
@@ -43,6 +44,8 @@ const FEATURES: &str = "gpubuf-testkit/opencl,gpubuf-testkit/cuda,gpubuf-cli/ope
 /// and every failed step (fmt, clippy, docs, a test binary that did not build or crashed,
 /// MPI, the demo, the examples, Miri, a backend CI needs that was skipped).
 pub fn test_all() -> bool {
+    let started = Instant::now();
+    let mut lap = Laps::new();
     let ci = std::env::var("CI").map(|v| v == "true" || v == "1").unwrap_or(false);
     let mut tally = Tally::default();
     for p in deps::install() {
@@ -72,7 +75,9 @@ pub fn test_all() -> bool {
                 .env("RUSTDOCFLAGS", "-Dwarnings"),
         ),
     );
+    lap.mark("deps, fmt, clippy, doc");
     cudagen::check(&mut tally);
+    lap.mark("cuda kernels");
 
     let probe = probe();
     let nvrtc = deps::nvrtc_dir();
@@ -103,6 +108,7 @@ pub fn test_all() -> bool {
     let (test_lines, tests_ok) = run_tee(&mut cmd);
     let counts = count(&test_lines);
     tally.tests("cargo test", &counts, tests_ok);
+    lap.mark("cargo test");
 
     // The hostile-input suites again in release, where overflow wraps instead of panicking.
     let mut cmd = Command::new("cargo");
@@ -126,9 +132,12 @@ pub fn test_all() -> bool {
     let hostile = count(&lines);
     tally.tests("hostile (release)", &hostile, ok);
     tally.note(format!("hostile inputs (release): {} passed, {} failed", hostile.passed, hostile.failed));
+    lap.mark("hostile");
 
     miri::run(&mut tally);
+    lap.mark("miri");
     mpi::run(&mut tally);
+    lap.mark("mpi");
 
     // The Python package: its wheel built by maturin in a venv, its pytest suite.
     match python::run(&require.join(",")) {
@@ -139,6 +148,7 @@ pub fn test_all() -> bool {
         }
         Err(e) => tally.fail(format!("python: FAILED ({e})")),
     }
+    lap.mark("python");
 
     // The examples must run as written, on every backend that can run here.
     let mut backends = vec!["cpu"];
@@ -169,6 +179,7 @@ pub fn test_all() -> bool {
     let mut cmd = Command::new("cargo");
     cmd.args(["run", "--quiet", "-p", "gpubuf-examples", "--features", "cuda", "--example", "cuda_kernel"]);
     tally.step("example cuda_kernel", run_ok(&mut cmd));
+    lap.mark("examples");
 
     let ptx = test_lines.iter().any(|l| l.starts_with("test cuda_kernels_compile_to_ptx ... ok"));
     println!();
@@ -193,6 +204,26 @@ pub fn test_all() -> bool {
     for l in &tally.lines {
         println!("{l}");
     }
+    println!("time: {} (total {}s)", lap.parts.join(", "), started.elapsed().as_secs());
     println!("{} passed, {} failed", tally.passed, tally.failed);
     tally.failed == 0
+}
+
+/// Wall time per part of the run, for the summary (CI has a time budget).
+struct Laps {
+    last: Instant,
+    parts: Vec<String>,
+}
+
+impl Laps {
+    fn new() -> Self {
+        Laps { last: Instant::now(), parts: Vec::new() }
+    }
+
+    /// Ends the part called `name` now.
+    fn mark(&mut self, name: &str) {
+        let now = Instant::now();
+        self.parts.push(format!("{name} {}s", (now - self.last).as_secs()));
+        self.last = now;
+    }
 }
