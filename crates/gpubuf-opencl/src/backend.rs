@@ -4,6 +4,7 @@ use crate::device::{select, ClDeviceEntry};
 use crate::error::{cl, driver, maybe_oom};
 use crate::kernels::ProgramCache;
 use crate::memory::ClMemory;
+use crate::shape::PlanKernel;
 use gpubuf_core::{
     check_copy, check_fill, Allocator, Backend, BackendKind, DeviceInfo, DeviceMemory, MemRef, MemoryInfo,
     Result,
@@ -22,10 +23,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// A handle to one OpenCL device: its context, a default in-order queue and the cached
-/// copy-plan programs. Clones share all of it.
+/// copy-plan programs. Clones share all of it; [`OpenClBackend::with_plan_kernel`] gives a
+/// handle on the same context whose plans use another kernel shape.
 #[derive(Clone)]
 pub struct OpenClBackend {
     pub(crate) inner: Arc<Inner>,
+    /// The plan kernel shape given to [`OpenClBackend::with_plan_kernel`], if any.
+    pub(crate) plan_kernel: Option<PlanKernel>,
 }
 
 pub(crate) struct Inner {
@@ -33,6 +37,9 @@ pub(crate) struct Inner {
     pub(crate) context: Context,
     pub(crate) max_alloc: u64,
     pub(crate) max_param: usize,
+    /// `CL_DEVICE_MAX_WORK_GROUP_SIZE`.
+    pub(crate) max_group: usize,
+    /// A GPU or accelerator (`CL_DEVICE_TYPE`): the device the block plan kernel is for.
     pub(crate) is_gpu: bool,
     pub(crate) programs: ProgramCache,
     pub(crate) user_programs: crate::program::UserPrograms,
@@ -41,7 +48,10 @@ pub(crate) struct Inner {
 
 impl std::fmt::Debug for OpenClBackend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("OpenClBackend").field("device", &self.inner.entry.info.name).finish()
+        f.debug_struct("OpenClBackend")
+            .field("device", &self.inner.entry.info.name)
+            .field("plan_kernel", &self.plan_kernel)
+            .finish()
     }
 }
 
@@ -113,20 +123,30 @@ impl OpenClBackend {
         let max_alloc =
             entry.device.max_mem_alloc_size().map_err(|e| cl(e, "CL_DEVICE_MAX_MEM_ALLOC_SIZE"))?;
         let max_param = entry.device.max_parameter_size().unwrap_or(256);
-        let is_gpu =
-            entry.device.dev_type().map(|t| t & opencl3::device::CL_DEVICE_TYPE_GPU != 0).unwrap_or(false);
+        let gpu_types = opencl3::device::CL_DEVICE_TYPE_GPU | opencl3::device::CL_DEVICE_TYPE_ACCELERATOR;
+        let is_gpu = entry.device.dev_type().map(|t| t & gpu_types != 0).unwrap_or(false);
+        let max_group = entry.device.max_work_group_size().unwrap_or(1);
         Ok(OpenClBackend {
             inner: Arc::new(Inner {
                 entry,
                 context,
                 max_alloc,
                 max_param,
+                max_group,
                 is_gpu,
                 programs: ProgramCache::default(),
                 user_programs: Default::default(),
                 default_stream,
             }),
+            plan_kernel: None,
         })
+    }
+
+    /// A handle on the same device, context and queues whose plans run the `kernel` shape,
+    /// whatever the device type and [`crate::KERNEL_ENV`] say. Memory, streams and plans
+    /// are shared with `self` (a plan keeps the shape of the handle that prepared it).
+    pub fn with_plan_kernel(&self, kernel: PlanKernel) -> Self {
+        OpenClBackend { inner: self.inner.clone(), plan_kernel: Some(kernel) }
     }
 
     /// The platform and device this handle uses.

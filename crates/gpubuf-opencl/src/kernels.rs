@@ -6,11 +6,17 @@
 //! what `CL_DEVICE_MAX_PARAMETER_SIZE` allows, at most 64), unused slots bound to a
 //! placeholder. A plan with more sources than the device's slots is split by source into
 //! the fewest launches that fit.
+//!
+//! Two kernel shapes (see [`crate::shape`]): runs of elements per work-item on CPU devices,
+//! blocks per work-group on GPUs. A prepared plan keeps the program, and so the shape, it
+//! was prepared with.
 
 use crate::backend::{ClStream, OpenClBackend};
 use crate::error::maybe_oom;
 use crate::memory::ClMemory;
-use gpubuf_core::encode::encode;
+use crate::shape::{chunk_from, kernel_from, prelude, PlanKernel, BLOCK_ELEMS, BLOCK_THREADS, KERNEL_ENV};
+use crate::shape::{CHUNK_ENV, MAX_SLOTS};
+use gpubuf_core::encode::{encode, encode_blocks, BlockShape};
 use gpubuf_core::{
     check_plan_args, check_scatter_args, BackendKind, CopyPlan, DType, Error, Kernels, MemRef, PreparedPlan,
     Result,
@@ -23,71 +29,33 @@ use opencl3::types::cl_mem;
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::ffi::c_void;
-use std::fmt::Write as _;
 use std::ptr;
 use std::sync::Arc;
 
 /// The kernel source, from `kernels/opencl/plan.cl`.
 pub const PLAN_SOURCE: &str = include_str!("../../../kernels/opencl/plan.cl");
 
-/// Most source slots a program is built with.
-pub const MAX_SLOTS: usize = 64;
+/// The block-shaped kernel source, from `kernels/opencl/plan_blocks.cl`.
+pub const PLAN_BLOCKS_SOURCE: &str = include_str!("../../../kernels/opencl/plan_blocks.cl");
 
-/// The environment variable that sets the buffer elements per work-item on CPU devices.
-pub const CHUNK_ENV: &str = "GPUBUF_CL_CHUNK";
-
-/// The largest accepted [`CHUNK_ENV`] value (a work-item moving more would leave most of a
-/// CPU device idle on all but huge plans).
-pub const MAX_CHUNK: usize = 1 << 16;
-
-/// Elements per work-item on CPU devices when [`CHUNK_ENV`] is not set.
-const DEFAULT_CHUNK: usize = 64;
-
-/// The chunk [`CHUNK_ENV`] asks for: the default when unset, else an integer in
-/// `1..=MAX_CHUNK`.
-fn chunk_from(value: Option<&str>) -> Result<usize> {
-    let Some(v) = value else { return Ok(DEFAULT_CHUNK) };
-    v.trim()
-        .parse::<usize>()
-        .ok()
-        .filter(|c| (1..=MAX_CHUNK).contains(c))
-        .ok_or_else(|| Error::invalid(format!("{CHUNK_ENV}={v:?}: expected an integer in 1..={MAX_CHUNK}")))
-}
-
-/// Programs by slot count.
+/// Programs by slot count and shape.
 #[derive(Default)]
 pub(crate) struct ProgramCache {
-    map: Mutex<HashMap<usize, Arc<ClProgram>>>,
+    map: Mutex<HashMap<(usize, PlanKernel), Arc<ClProgram>>>,
     placeholder: Mutex<Option<Arc<ClMemory>>>,
 }
 
 pub(crate) struct ClProgram {
-    /// Buffer elements per work-item the program was built with (its `CHUNK`): launches
-    /// size their grid by it, whatever the environment says later.
+    /// The program's shape: its plans are encoded and launched for it.
+    kernel: PlanKernel,
+    /// Buffer elements per work-item the program was built with (its `CHUNK`, 1 for
+    /// blocks): launches size their grid by it, whatever the environment says later.
     chunk: usize,
     // Kernels by width index (1, 2, 4, 8 bytes). A kernel's arguments are set and the
     // launch enqueued under its lock: clSetKernelArg is not thread-safe per kernel.
     gather: Vec<Mutex<Kernel>>,
     scatter: Vec<Mutex<Kernel>>,
     _program: Program,
-}
-
-/// The prelude defining `CHUNK`, `SRC_PARAMS` and `SRC_PICK` for `slots` source slots.
-/// Arguments outside what a program can be built with are clamped: `slots` to
-/// `1..=MAX_SLOTS`, `chunk` to `1..=MAX_CHUNK`.
-pub fn prelude(slots: usize, chunk: usize) -> String {
-    let slots = slots.clamp(1, MAX_SLOTS);
-    let chunk = chunk.clamp(1, MAX_CHUNK);
-    let mut s = format!("#define CHUNK {chunk}\n#define SRC_PARAMS(T)");
-    for i in 0..slots {
-        let _ = write!(s, " , __global T* s{i}");
-    }
-    s.push_str("\n#define SRC_PICK(i, p) switch (i) {");
-    for i in 0..slots {
-        let _ = write!(s, " case {i}: p = s{i} + offs[{i}]; break;");
-    }
-    s.push_str(" default: break; }\n");
-    s
 }
 
 fn width_index(dtype: DType) -> usize {
@@ -106,9 +74,9 @@ impl OpenClBackend {
         slots
     }
 
-    /// Buffer elements per work-item for programs built now: 1 on GPUs (coalesced); on
-    /// CPU-like devices [`CHUNK_ENV`] when set, else 64. A program keeps the chunk it was
-    /// built with.
+    /// Buffer elements per work-item of the [`PlanKernel::Items`] programs built now: 1 on
+    /// GPUs and accelerators (coalesced); on CPU devices [`CHUNK_ENV`] when set, else 64. A
+    /// program keeps the chunk it was built with; the block programs ignore it.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] when [`CHUNK_ENV`] is set on a CPU-like device to anything
@@ -122,15 +90,49 @@ impl OpenClBackend {
         }
     }
 
-    /// Builds (once) and returns the program for `slots` source slots.
+    /// The plan kernel shape for plans prepared now by this handle: the one given to
+    /// [`OpenClBackend::with_plan_kernel`]; else [`KERNEL_ENV`] when set; else
+    /// [`PlanKernel::Blocks`] on GPU and accelerator devices (`CL_DEVICE_TYPE`) that allow
+    /// work-groups of [`BLOCK_THREADS`], [`PlanKernel::Items`] on others.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] naming [`KERNEL_ENV`] when it is set to anything but
+    /// `blocks` or `items` (and no shape was given to the handle); a plan preparation then
+    /// fails with this error.
+    pub fn plan_kernel(&self) -> Result<PlanKernel> {
+        if let Some(k) = self.plan_kernel {
+            return Ok(k);
+        }
+        if let Some(k) = kernel_from(std::env::var(KERNEL_ENV).ok().as_deref())? {
+            return Ok(k);
+        }
+        let gpu_like = self.inner.is_gpu && self.inner.max_group >= BLOCK_THREADS;
+        Ok(if gpu_like { PlanKernel::Blocks } else { PlanKernel::Items })
+    }
+
+    /// Builds (once) and returns the program for `slots` source slots in this handle's
+    /// shape.
     fn program(&self, slots: usize) -> Result<Arc<ClProgram>> {
+        let kernel = self.plan_kernel()?;
         let mut map = self.inner.programs.map.lock();
-        if let Some(p) = map.get(&slots) {
+        if let Some(p) = map.get(&(slots, kernel)) {
             return Ok(p.clone());
         }
-        let _span = tracing::debug_span!("opencl.build", slots).entered();
-        let chunk = self.chunk()?;
-        let src = format!("{}{}", prelude(slots, chunk), PLAN_SOURCE);
+        let _span = tracing::debug_span!("opencl.build", slots, kernel = kernel.name()).entered();
+        let (chunk, body) = match kernel {
+            PlanKernel::Items => (self.chunk()?, PLAN_SOURCE),
+            PlanKernel::Blocks => {
+                if self.inner.max_group < BLOCK_THREADS {
+                    return Err(Error::invalid(format!(
+                        "the block plan kernel needs work-groups of {BLOCK_THREADS}; {} allows {} \
+                         (use the items kernel)",
+                        self.inner.entry.info.name, self.inner.max_group
+                    )));
+                }
+                (1, PLAN_BLOCKS_SOURCE)
+            }
+        };
+        let src = format!("{}{}", prelude(slots, chunk), body);
         let program = self.build_program(&src)?;
         let kernels = |prefix: &str| -> Result<Vec<Mutex<Kernel>>> {
             [1, 2, 4, 8]
@@ -143,12 +145,13 @@ impl OpenClBackend {
                 .collect()
         };
         let p = Arc::new(ClProgram {
+            kernel,
             chunk,
             gather: kernels("gather")?,
             scatter: kernels("scatter")?,
             _program: program,
         });
-        map.insert(slots, p.clone());
+        map.insert((slots, kernel), p.clone());
         Ok(p)
     }
 
@@ -171,11 +174,13 @@ impl OpenClBackend {
             .map_err(|log| Error::Build { backend: BackendKind::OpenCl, log })
     }
 
-    /// Compiles the plan program for `slots` slots and reports the build log on failure;
+    /// Compiles the plan program for `slots` slots in this handle's shape
+    /// ([`OpenClBackend::plan_kernel`]) and reports the build log on failure;
     /// used by `gpubuf info` and tests to check the kernels build on this device.
     ///
     /// # Errors
-    /// [`Error::Build`] with the compiler's log.
+    /// [`Error::Build`] with the compiler's log; the setting errors of
+    /// [`OpenClBackend::plan_kernel`] and [`OpenClBackend::chunk`].
     pub fn build_kernels(&self, slots: usize) -> Result<()> {
         self.program(slots.clamp(1, self.max_slots())).map(|_| ())
     }
@@ -207,9 +212,12 @@ struct Part {
     sources: Vec<usize>,
     program: Arc<ClProgram>,
     segs: ClMemory,
-    starts: ClMemory,
+    /// Prefix sums of the segment lengths (items) or block counts (blocks).
+    index: ClMemory,
     nseg: i32,
     total: i64,
+    /// Global work size of one launch (a multiple of the work-group for blocks).
+    global: usize,
     /// Element offsets of the slots in the last launch, and the buffer holding them.
     offsets: Mutex<(Vec<i64>, Option<Arc<ClMemory>>)>,
 }
@@ -229,15 +237,34 @@ impl Kernels for OpenClBackend {
     fn prepare(&self, plan: &CopyPlan, dtype: DType) -> Result<ClPlan> {
         let mut parts = Vec::new();
         for (sources, sub) in plan.split_by_source(self.max_slots())? {
-            let enc = encode(&sub);
-            let nseg = i32::try_from(enc.nseg()).map_err(|_| Error::plan("more than 2^31 segments"))?;
+            let program = self.program(sources.len().next_power_of_two())?;
+            let too_big = || Error::plan(format!("{} elements exceed one launch", sub.total()));
+            let (nseg, segments, index, total, global) = match program.kernel {
+                PlanKernel::Items => {
+                    let enc = encode(&sub);
+                    // `chunk` is at least 1 (`chunk_from`); `total` at most isize::MAX.
+                    let global = enc
+                        .total
+                        .div_ceil(program.chunk.max(1))
+                        .div_ceil(64)
+                        .checked_mul(64)
+                        .ok_or_else(too_big)?;
+                    (enc.nseg(), enc.segments, enc.starts, enc.total, global)
+                }
+                PlanKernel::Blocks => {
+                    let enc = encode_blocks(&sub, BlockShape::new(BLOCK_ELEMS));
+                    let global = enc.blocks().checked_mul(BLOCK_THREADS).ok_or_else(too_big)?;
+                    (enc.nseg(), enc.segments, enc.groups, enc.total, global)
+                }
+            };
             parts.push(Part {
-                program: self.program(sources.len().next_power_of_two())?,
+                program,
                 sources,
-                segs: ClMemory::from_words(&self.inner.context, &enc.segments)?,
-                starts: ClMemory::from_words(&self.inner.context, &enc.starts)?,
-                nseg,
-                total: i64::try_from(enc.total).map_err(|_| Error::plan("more than 2^63 elements"))?,
+                segs: ClMemory::from_words(&self.inner.context, &segments)?,
+                index: ClMemory::from_words(&self.inner.context, &index)?,
+                nseg: i32::try_from(nseg).map_err(|_| Error::plan("more than 2^31 segments"))?,
+                total: i64::try_from(total).map_err(|_| Error::plan("more than 2^63 elements"))?,
+                global,
                 offsets: Mutex::new((Vec::new(), None)),
             });
         }
@@ -311,36 +338,49 @@ impl OpenClBackend {
                     None => placeholder.raw(),
                 })
                 .collect();
-            // SAFETY: argument types match plan.cl: (long*, long*, int, long, int, T*, long,
-            // long*, T* x slots); every cl_mem is a live buffer of this context.
+            if part.global == 0 {
+                continue;
+            }
+            let blocks = part.program.kernel == PlanKernel::Blocks;
+            // SAFETY: argument types match the kernels' signatures: plan.cl takes (long*,
+            // long*, int, long, int, T*, long, long*, T* x slots), plan_blocks.cl the same
+            // without the `long total`; every cl_mem is a live buffer of this context.
             unsafe {
-                arg(&kernel, 0, &part.segs.raw())?;
-                arg(&kernel, 1, &part.starts.raw())?;
-                arg(&kernel, 2, &part.nseg)?;
-                arg(&kernel, 3, &part.total)?;
-                arg(&kernel, 4, &is_float)?;
-                arg(&kernel, 5, &buffer.memory.raw())?;
-                arg(&kernel, 6, &buf_off)?;
-                arg(&kernel, 7, &offsets.raw())?;
-                for (i, m) in mems.iter().enumerate() {
-                    arg(&kernel, 8 + i as u32, m)?;
+                let mut at = 0u32;
+                let mut next = || {
+                    at += 1;
+                    at - 1
+                };
+                arg(&kernel, next(), &part.segs.raw())?;
+                arg(&kernel, next(), &part.index.raw())?;
+                arg(&kernel, next(), &part.nseg)?;
+                if !blocks {
+                    arg(&kernel, next(), &part.total)?;
+                }
+                arg(&kernel, next(), &is_float)?;
+                arg(&kernel, next(), &buffer.memory.raw())?;
+                arg(&kernel, next(), &buf_off)?;
+                arg(&kernel, next(), &offsets.raw())?;
+                for m in &mems {
+                    arg(&kernel, next(), m)?;
                 }
             }
-            // `chunk` is at least 1 (`chunk_from`); `total` at most isize::MAX.
-            let global = usize::try_from(part.total)
-                .ok()
-                .and_then(|t| t.div_ceil(part.program.chunk.max(1)).div_ceil(64).checked_mul(64))
-                .ok_or_else(|| Error::plan(format!("{} elements exceed one launch", part.total)))?;
-            // SAFETY: all arguments are set; the work size covers `total` items, and the
-            // kernel returns early for the rounding surplus.
+            // The block kernel requires work-groups of BLOCK_THREADS (its
+            // reqd_work_group_size), which the device allows (checked when it was built).
+            let local = [BLOCK_THREADS];
+            let local = if blocks { local.as_ptr() } else { ptr::null() };
+            // SAFETY: all arguments are set; the work size covers `total` items (items:
+            // the kernel returns early for the rounding surplus) or one work-group of
+            // BLOCK_THREADS per block (blocks: `global` is that product, `local` points to
+            // one size, alive for the call).
             let ev = unsafe {
                 enqueue_nd_range_kernel(
                     stream.queue.get(),
                     kernel.get(),
                     1,
                     ptr::null(),
-                    &global,
-                    ptr::null(),
+                    &part.global,
+                    local,
                     0,
                     ptr::null(),
                 )
@@ -379,26 +419,4 @@ impl OpenClBackend {
 fn device_index(v: usize) -> Result<i64> {
     i64::try_from(v)
         .map_err(|_| Error::invalid(format!("element offset {v} exceeds the device's 64-bit index")))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::{chunk_from, DEFAULT_CHUNK, MAX_CHUNK};
-
-    #[test]
-    fn prelude_clamps_its_arguments() {
-        assert_eq!(super::prelude(usize::MAX, 0), super::prelude(super::MAX_SLOTS, 1));
-        assert!(super::prelude(0, usize::MAX).contains(&format!("#define CHUNK {MAX_CHUNK}\n")));
-    }
-
-    #[test]
-    fn chunk_setting_is_checked() {
-        assert_eq!(chunk_from(None).unwrap(), DEFAULT_CHUNK);
-        assert_eq!(chunk_from(Some("1")).unwrap(), 1);
-        assert_eq!(chunk_from(Some(" 128 ")).unwrap(), 128);
-        assert_eq!(chunk_from(Some(&MAX_CHUNK.to_string())).unwrap(), MAX_CHUNK);
-        for bad in ["0", "-1", "", "x", "65537", "18446744073709551615", "99999999999999999999999"] {
-            assert!(chunk_from(Some(bad)).is_err(), "{bad:?} is refused");
-        }
-    }
 }

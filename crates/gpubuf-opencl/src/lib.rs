@@ -1,8 +1,10 @@
 //! gpubuf-opencl: the OpenCL backend, on opencl3 with the runtime loaded dynamically.
 //!
 //! [`OpenClBackend::new`] returns [`gpubuf_core::Error::BackendUnavailable`] instead of
-//! panicking when no runtime or device exists. Copy plans run as one kernel launch from
-//! `kernels/opencl/plan.cl`, built once per context and slot count.
+//! panicking when no runtime or device exists. Copy plans run as one kernel launch, built
+//! once per context, slot count and shape: `kernels/opencl/plan_blocks.cl` (a work-group
+//! per block) on GPU and accelerator devices, `kernels/opencl/plan.cl` (a run of elements
+//! per work-item) on CPU devices; [`shape`] says how one is chosen.
 //!
 //! ```
 //! use gpubuf_core::{Allocator, Backend};
@@ -29,13 +31,15 @@ pub mod interop;
 mod kernels;
 mod memory;
 mod program;
+pub mod shape;
 mod svm;
 
 pub use backend::{ClEvent, ClStream, OpenClBackend};
 pub use device::{devices, runtime_available, ClDeviceEntry, DEVICE_ENV};
-pub use kernels::{prelude, ClPlan, CHUNK_ENV, MAX_CHUNK, MAX_SLOTS, PLAN_SOURCE};
+pub use kernels::{ClPlan, PLAN_BLOCKS_SOURCE, PLAN_SOURCE};
 pub use memory::ClMemory;
 /// The opencl3 crate gpubuf's handles are typed with (the same version).
 pub use opencl3;
 pub use program::{ClArg, UserKernel, UserProgram};
+pub use shape::{prelude, PlanKernel, CHUNK_ENV, KERNEL_ENV, MAX_CHUNK, MAX_SLOTS};
 pub use svm::{SvmAllocator, SvmMemory};

@@ -13,8 +13,10 @@
 //! # fn main() {}
 //! ```
 //!
-//! This makes tests `zeros_are_zero::cpu`, `zeros_are_zero::opencl` (with the `opencl`
-//! feature) and `zeros_are_zero::cuda` (with `cuda`). A backend whose runtime or device is
+//! This makes tests `zeros_are_zero::cpu`, `zeros_are_zero::opencl` and
+//! `zeros_are_zero::opencl_blocks` (with the `opencl` feature; the second runs the OpenCL
+//! device with its plan kernels forced to the block shape, which GPUs use by default, so
+//! both shapes run on every OpenCL device) and `zeros_are_zero::cuda` (with `cuda`). A backend whose runtime or device is
 //! missing is skipped with its reason on stderr, unless its name is listed in the
 //! `GPUBUF_REQUIRE` environment variable (`cpu,opencl`), in which case the test fails:
 //! `cargo xtask test-all` sets it for every backend it reports as run.
@@ -71,6 +73,20 @@ pub fn opencl() -> Option<gpubuf::opencl::OpenClBackend> {
     available(BackendKind::OpenCl, B.get_or_init(gpubuf::opencl::OpenClBackend::new))
 }
 
+/// The shared OpenCL backend with its plan kernels forced to the block shape (the GPU
+/// shape), on the same context as [`opencl`], if available.
+#[cfg(feature = "opencl")]
+pub fn opencl_blocks() -> Option<gpubuf::opencl::OpenClBackend> {
+    opencl().map(|b| b.with_plan_kernel(gpubuf::opencl::PlanKernel::Blocks))
+}
+
+/// Whether [`opencl`] already runs the block shape (a GPU device, or `GPUBUF_CL_KERNEL`),
+/// so [`opencl_blocks`] would repeat it.
+#[cfg(feature = "opencl")]
+fn opencl_is_blocks(b: &gpubuf::opencl::OpenClBackend) -> bool {
+    matches!(b.plan_kernel(), Ok(gpubuf::opencl::PlanKernel::Blocks))
+}
+
 /// The shared CUDA backend of this test binary, if available.
 #[cfg(feature = "cuda")]
 pub fn cuda() -> Option<gpubuf::cuda::CudaBackend> {
@@ -93,6 +109,14 @@ pub fn run_cpu(f: impl FnOnce(&CpuBackend) -> Result<()>) {
 #[cfg(feature = "opencl")]
 pub fn run_opencl(f: impl FnOnce(&gpubuf::opencl::OpenClBackend) -> Result<()>) {
     if let Some(b) = opencl() {
+        check(BackendKind::OpenCl, f(&b));
+    }
+}
+
+/// Runs `f` on OpenCL with the block-shaped plan kernels, or skips.
+#[cfg(feature = "opencl")]
+pub fn run_opencl_blocks(f: impl FnOnce(&gpubuf::opencl::OpenClBackend) -> Result<()>) {
+    if let Some(b) = opencl_blocks() {
         check(BackendKind::OpenCl, f(&b));
     }
 }
@@ -131,7 +155,7 @@ macro_rules! __on_cuda {
 }
 
 /// Makes a module per body with one `#[test]` per compiled backend (`cpu`, `opencl`,
-/// `cuda`). Each body is `fn name<B: gpubuf::Kernels>(b: &B) -> gpubuf::Result<()>`.
+/// `opencl_blocks`, `cuda`). Each body is `fn name<B: gpubuf::Kernels>(b: &B) -> gpubuf::Result<()>`.
 #[macro_export]
 macro_rules! backend_tests {
     ($($name:ident),+ $(,)?) => {
@@ -145,6 +169,10 @@ macro_rules! backend_tests {
                     #[test]
                     fn opencl() {
                         $crate::run_opencl(|b| super::$name(b));
+                    }
+                    #[test]
+                    fn opencl_blocks() {
+                        $crate::run_opencl_blocks(|b| super::$name(b));
                     }
                 }
                 $crate::__on_cuda! {
@@ -212,6 +240,8 @@ pub fn cross_backend_ready() -> bool {
 }
 
 /// Runs `body` on every available backend; returns `(backend, output)` pairs, CPU first.
+/// OpenCL runs twice when its device uses the per-work-item plan kernels (CPU devices):
+/// once as it is and once with the block-shaped kernels forced ([`opencl_blocks`]).
 ///
 /// # Errors
 /// The first error a backend returns.
@@ -221,6 +251,12 @@ pub fn on_every_backend<E: EachBackend>(body: &E) -> Result<Vec<(BackendKind, E:
     #[cfg(feature = "opencl")]
     if let Some(b) = opencl() {
         out.push((BackendKind::OpenCl, body.run(&b)?));
+        if !opencl_is_blocks(&b) {
+            out.push((
+                BackendKind::OpenCl,
+                body.run(&b.with_plan_kernel(gpubuf::opencl::PlanKernel::Blocks))?,
+            ));
+        }
     }
     #[cfg(feature = "cuda")]
     if let Some(b) = cuda() {

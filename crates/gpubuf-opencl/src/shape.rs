@@ -1,0 +1,149 @@
+//! The two shapes of the OpenCL plan kernels and the settings that pick one.
+//!
+//! - [`PlanKernel::Items`] (`kernels/opencl/plan.cl`): each work-item moves a run of
+//!   [`CHUNK_ENV`] consecutive buffer elements, finding its segment by binary search and
+//!   advancing the source index incrementally. The right shape for CPU devices (PoCL),
+//!   where a work-group is a loop over its work-items and a short segment should cost a
+//!   short run, not a whole work-group.
+//! - [`PlanKernel::Blocks`] (`kernels/opencl/plan_blocks.cl`): one work-group of 256
+//!   work-items per block of 1024 buffer elements or 32 x 32 tile of a transposed segment,
+//!   the segment found once per block, four independent coalesced moves per work-item,
+//!   16-byte moves where a block is one aligned row of stride 1 on both sides. The right
+//!   shape for GPUs; the same algorithm as the CUDA backend's kernel.
+//!
+//! A backend uses, in order: the shape given to [`crate::OpenClBackend::with_plan_kernel`];
+//! [`KERNEL_ENV`] when set; else by `CL_DEVICE_TYPE`, blocks on GPU and accelerator devices
+//! that allow work-groups of [`BLOCK_THREADS`], work-items elsewhere.
+
+use gpubuf_core::{Error, Result};
+use std::fmt::Write as _;
+
+/// The environment variable that overrides the plan kernels' shape: `blocks` or `items`.
+pub const KERNEL_ENV: &str = "GPUBUF_CL_KERNEL";
+
+/// The environment variable that sets the buffer elements per work-item of the
+/// [`PlanKernel::Items`] kernel on CPU devices.
+pub const CHUNK_ENV: &str = "GPUBUF_CL_CHUNK";
+
+/// The largest accepted [`CHUNK_ENV`] value (a work-item moving more would leave most of a
+/// CPU device idle on all but huge plans).
+pub const MAX_CHUNK: usize = 1 << 16;
+
+/// Most source slots a program is built with.
+pub const MAX_SLOTS: usize = 64;
+
+/// Work-items per work-group of the [`PlanKernel::Blocks`] kernel (`THREADS` in
+/// plan_blocks.cl).
+pub const BLOCK_THREADS: usize = 256;
+
+/// Buffer elements per block of the [`PlanKernel::Blocks`] kernel (`ELEMS` in
+/// plan_blocks.cl; its tiles are 32 x 32).
+pub const BLOCK_ELEMS: usize = 1024;
+
+/// Elements per work-item on CPU devices when [`CHUNK_ENV`] is not set.
+pub(crate) const DEFAULT_CHUNK: usize = 64;
+
+/// The shape of the plan kernels a backend builds (see the module docs of
+/// `gpubuf_opencl::shape` for what each does and where each is chosen).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PlanKernel {
+    /// Runs of consecutive buffer elements per work-item (`plan.cl`): CPU devices.
+    Items,
+    /// One work-group per block or tile (`plan_blocks.cl`): GPU and accelerator devices.
+    Blocks,
+}
+
+impl PlanKernel {
+    /// The name [`KERNEL_ENV`] takes for this shape.
+    pub fn name(self) -> &'static str {
+        match self {
+            PlanKernel::Items => "items",
+            PlanKernel::Blocks => "blocks",
+        }
+    }
+}
+
+impl std::fmt::Display for PlanKernel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The shape [`KERNEL_ENV`] asks for: `None` when unset or empty, else `blocks` or `items`
+/// (case and surrounding spaces ignored).
+pub(crate) fn kernel_from(value: Option<&str>) -> Result<Option<PlanKernel>> {
+    let Some(v) = value else { return Ok(None) };
+    match v.trim().to_ascii_lowercase().as_str() {
+        "" => Ok(None),
+        "blocks" => Ok(Some(PlanKernel::Blocks)),
+        "items" => Ok(Some(PlanKernel::Items)),
+        _ => Err(Error::invalid(format!("{KERNEL_ENV}={v:?}: expected blocks or items"))),
+    }
+}
+
+/// The chunk [`CHUNK_ENV`] asks for: the default when unset, else an integer in
+/// `1..=MAX_CHUNK`.
+pub(crate) fn chunk_from(value: Option<&str>) -> Result<usize> {
+    let Some(v) = value else { return Ok(DEFAULT_CHUNK) };
+    v.trim()
+        .parse::<usize>()
+        .ok()
+        .filter(|c| (1..=MAX_CHUNK).contains(c))
+        .ok_or_else(|| Error::invalid(format!("{CHUNK_ENV}={v:?}: expected an integer in 1..={MAX_CHUNK}")))
+}
+
+/// The prelude defining `CHUNK`, `SRC_PARAMS` and `SRC_PICK` for `slots` source slots
+/// (both kernel shapes take it; the block kernel ignores `CHUNK`). Arguments outside what a
+/// program can be built with are clamped: `slots` to `1..=MAX_SLOTS`, `chunk` to
+/// `1..=MAX_CHUNK`.
+pub fn prelude(slots: usize, chunk: usize) -> String {
+    let slots = slots.clamp(1, MAX_SLOTS);
+    let chunk = chunk.clamp(1, MAX_CHUNK);
+    let mut s = format!("#define CHUNK {chunk}\n#define SRC_PARAMS(T)");
+    for i in 0..slots {
+        let _ = write!(s, " , __global T* s{i}");
+    }
+    s.push_str("\n#define SRC_PICK(i, p) switch (i) {");
+    for i in 0..slots {
+        let _ = write!(s, " case {i}: p = s{i} + offs[{i}]; break;");
+    }
+    s.push_str(" default: break; }\n");
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prelude_clamps_its_arguments() {
+        assert_eq!(prelude(usize::MAX, 0), prelude(MAX_SLOTS, 1));
+        assert!(prelude(0, usize::MAX).contains(&format!("#define CHUNK {MAX_CHUNK}\n")));
+    }
+
+    #[test]
+    fn chunk_setting_is_checked() {
+        assert_eq!(chunk_from(None).unwrap(), DEFAULT_CHUNK);
+        assert_eq!(chunk_from(Some("1")).unwrap(), 1);
+        assert_eq!(chunk_from(Some(" 128 ")).unwrap(), 128);
+        assert_eq!(chunk_from(Some(&MAX_CHUNK.to_string())).unwrap(), MAX_CHUNK);
+        for bad in ["0", "-1", "", "x", "65537", "18446744073709551615", "99999999999999999999999"] {
+            assert!(chunk_from(Some(bad)).is_err(), "{bad:?} is refused");
+        }
+    }
+
+    #[test]
+    fn kernel_setting_is_checked() {
+        assert_eq!(kernel_from(None).unwrap(), None);
+        assert_eq!(kernel_from(Some(" ")).unwrap(), None);
+        assert_eq!(kernel_from(Some("blocks")).unwrap(), Some(PlanKernel::Blocks));
+        assert_eq!(kernel_from(Some(" Items ")).unwrap(), Some(PlanKernel::Items));
+        for bad in ["block", "item", "gpu", "1", "blocks,items"] {
+            match kernel_from(Some(bad)) {
+                Err(Error::InvalidArgument(m)) => assert!(m.contains(KERNEL_ENV), "{m}"),
+                other => panic!("{bad:?} gave {other:?}"),
+            }
+        }
+        assert_eq!(PlanKernel::Blocks.to_string(), "blocks");
+    }
+}

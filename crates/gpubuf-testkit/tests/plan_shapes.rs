@@ -1,0 +1,240 @@
+//! Plans shaped to reach every path of the block plan kernels (CUDA, OpenCL on GPUs, and
+//! OpenCL with the block shape forced): long rows of stride +1 (16-byte moves where both
+//! ends are aligned, element moves where not), reversed rows, transposed segments in tiles
+//! with partial edge tiles, rows longer and shorter than a block, many short segments,
+//! every element width, negation, and arrays and buffers at odd element offsets. Each
+//! backend's gather and scatter is compared with the host reference.
+
+use gpubuf::{CopyPlan, DType, Kernels, MemRef, Result, Segment};
+use gpubuf_testkit::strategies::{bytes, plan_case, PlanCase};
+use gpubuf_testkit::{exec, on_every_backend, reference, EachBackend};
+use proptest::prelude::*;
+
+/// A plan case run with its sources and buffer placed `lead` elements into their
+/// allocations (so the kernels see those element offsets).
+struct Placed<'a> {
+    case: &'a PlanCase,
+    lead: usize,
+}
+
+impl EachBackend for Placed<'_> {
+    type Output = (Vec<u8>, Vec<Vec<u8>>);
+    fn run<B: Kernels>(&self, b: &B) -> Result<Self::Output> {
+        let (case, size) = (self.case, self.case.dtype.size());
+        let lead = self.lead * size;
+        let padded = |data: &[u8], seed| -> Result<B::Memory> {
+            let mut v = bytes(lead, seed);
+            v.extend_from_slice(data);
+            exec::upload(b, &v)
+        };
+        let refs = |mems: &[B::Memory]| -> Result<Vec<(usize, Vec<u8>)>> {
+            mems.iter().map(|m| Ok((lead, exec::download(b, m)?))).collect()
+        };
+        let blen = case.plan.buffer_len() * size;
+        let s = b.default_stream();
+        // Gather.
+        let srcs: Vec<B::Memory> = case.sources.iter().map(|d| padded(d, 1)).collect::<Result<_>>()?;
+        let src_refs: Vec<MemRef<'_, B::Memory>> = srcs
+            .iter()
+            .zip(&case.sources)
+            .map(|(m, d)| MemRef::new(m, lead, d.len()))
+            .collect::<Result<_>>()?;
+        let buf = padded(&bytes(blen, 5), 2)?;
+        let plan = b.prepare(&case.plan, case.dtype)?;
+        b.gather(s, &plan, &src_refs, MemRef::new(&buf, lead, blen)?)?;
+        let packed = exec::download(b, &buf)?[lead..].to_vec();
+        // Scatter the packed buffer into fresh targets.
+        let targets: Vec<B::Memory> =
+            case.sources.iter().map(|d| padded(&bytes(d.len(), 6), 3)).collect::<Result<_>>()?;
+        let target_refs: Vec<MemRef<'_, B::Memory>> = targets
+            .iter()
+            .zip(&case.sources)
+            .map(|(m, d)| MemRef::new(m, lead, d.len()))
+            .collect::<Result<_>>()?;
+        b.scatter(s, &plan, MemRef::new(&buf, lead, blen)?, &target_refs)?;
+        let unpacked = refs(&targets)?.into_iter().map(|(l, v)| v[l..].to_vec()).collect();
+        Ok((packed, unpacked))
+    }
+}
+
+/// Checks every backend (OpenCL in both kernel shapes) against the host reference.
+fn check(case: &PlanCase, lead: usize) {
+    let results = on_every_backend(&Placed { case, lead }).unwrap();
+    let initial = bytes(case.plan.buffer_len() * case.dtype.size(), 5);
+    let want = reference::gather(&case.plan, case.dtype, &case.sources, &initial);
+    let fresh: Vec<Vec<u8>> = case.sources.iter().map(|s| bytes(s.len(), 6)).collect();
+    let want_unpacked = reference::scatter(&case.plan, case.dtype, &want, &fresh);
+    for (i, (kind, (packed, unpacked))) in results.iter().enumerate() {
+        let at = packed.iter().zip(&want).position(|(a, b)| a != b);
+        assert!(at.is_none(), "{kind} (run {i}) gather differs at byte {at:?}, {:?} lead {lead}", case.dtype);
+        assert!(unpacked == &want_unpacked, "{kind} (run {i}) scatter differs, {:?} lead {lead}", case.dtype);
+    }
+}
+
+/// One segment: its source, its (extent, stride) dims, whether it negates.
+type Spec = (usize, Vec<(usize, isize)>, bool);
+
+/// A case from segments given as (source, dims, negate): each placed after the previous
+/// one in its source (after `gap` elements), in the buffer one after another.
+fn case(dtype: DType, nsrc: usize, gap: usize, segs: &[Spec]) -> PlanCase {
+    let mut lens = vec![0usize; nsrc];
+    let mut dst = 0;
+    let mut out = Vec::new();
+    for (src, dims, negate) in segs {
+        let (mut lo, mut hi) = (0isize, 0isize);
+        for &(e, st) in dims {
+            let reach = (e as isize - 1) * st;
+            if reach < 0 {
+                lo += reach;
+            } else {
+                hi += reach;
+            }
+        }
+        let offset = lens[*src] + gap + (-lo) as usize;
+        lens[*src] = (offset as isize + hi + 1) as usize;
+        out.push(Segment::new(*src, offset, dims, dst).unwrap().negated(*negate));
+        dst += dims.iter().map(|d| d.0).product::<usize>();
+    }
+    let plan = CopyPlan::new(lens.clone(), dst, out).unwrap();
+    let sources = lens.iter().enumerate().map(|(i, &l)| bytes(l * dtype.size(), 11 + i as u64)).collect();
+    PlanCase { dtype, sources, plan }
+}
+
+/// One dtype of each width, the float ones negating by the sign bit.
+const WIDTHS: [DType; 4] = [DType::U8, DType::F16, DType::I32, DType::F64];
+
+#[test]
+fn long_rows_aligned_and_not() {
+    for dtype in WIDTHS {
+        for gap in [0, 1, 3, 16] {
+            // Rows of stride +1 of whole blocks and a shifted last block; one reversed.
+            let segs = vec![
+                (0, vec![(5000, 1)], false),
+                (1, vec![(2048, 1)], true),
+                (0, vec![(3000, -1)], true),
+                (1, vec![(1024, 1)], false),
+            ];
+            for lead in [0, 1, 4] {
+                check(&case(dtype, 2, gap, &segs), lead);
+            }
+        }
+    }
+}
+
+#[test]
+fn transposed_segments_in_tiles() {
+    for dtype in WIDTHS {
+        let segs = vec![
+            // Source contiguous along dim 2: tiles of 32 x 32 with partial edges.
+            (0, vec![(50, 1), (70, 50)], false),
+            // Flipped along the contiguous dim, negated.
+            (0, vec![(40, -1), (9, 40)], true),
+            // Outer dims that do not merge, an edge of 8 (the smallest tiled extent).
+            (1, vec![(3, 2000), (2, 700), (33, 1), (8, 40)], false),
+            // Too narrow for a tile (7): the general path.
+            (1, vec![(64, 1), (7, 64)], true),
+        ];
+        for lead in [0, 3] {
+            check(&case(dtype, 2, 1, &segs), lead);
+        }
+    }
+}
+
+#[test]
+fn strided_boxes_and_rows_longer_than_a_block() {
+    for dtype in WIDTHS {
+        let segs = vec![
+            // Rows of 45 out of 50: carries over three dims within a block.
+            (0, vec![(7, 1650), (33, 50), (45, 1)], false),
+            // Rows of 1500 out of 1600: blocks straddle rows longer than a block.
+            (0, vec![(3, 1600), (1500, 1)], true),
+            // Stride 3, reversed outer dim, and a zero-extent-free 4-d box.
+            (1, vec![(1100, 3)], false),
+            (1, vec![(2, -300), (5, 60), (6, 10), (9, -1)], true),
+        ];
+        check(&case(dtype, 2, 2, &segs), 1);
+    }
+}
+
+#[test]
+fn many_short_segments() {
+    for dtype in WIDTHS {
+        let segs: Vec<Spec> = (0..400)
+            .map(|i| {
+                let dims = match i % 5 {
+                    0 => vec![(1 + i % 7, 1)],
+                    1 => vec![(1 + i % 3, -1)],
+                    2 => vec![(2, 5), (3, 1)],
+                    3 => vec![(1 + i % 4, 2)],
+                    _ => vec![(3, -1), (2, 3)],
+                };
+                (i % 3, dims, i % 2 == 0)
+            })
+            .collect();
+        check(&case(dtype, 3, 1, &segs), 1);
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, failure_persistence: None, ..ProptestConfig::default() })]
+
+    /// Random plans with extents up to 12 (tiles, blocks of several rows, and short
+    /// segments), at random element offsets.
+    #[test]
+    fn random_larger_plans(case in plan_case(4, 12, true), lead in 0usize..3) {
+        check(&case, lead);
+    }
+}
+
+/// `GPUBUF_CL_KERNEL` picks the shape (`blocks`, `items`, any case), anything else is a
+/// typed error when a plan is prepared, and a shape given to the handle wins over it. Runs
+/// in a child process so the variable cannot reach other tests.
+#[cfg(feature = "opencl")]
+#[test]
+fn opencl_kernel_setting_is_checked() {
+    if gpubuf_testkit::opencl().is_none() {
+        return;
+    }
+    for value in ["blocks", " Items ", "block", "gpu"] {
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "opencl_kernel_child", "--ignored", "--nocapture", "--test-threads=1"])
+            .env(gpubuf::opencl::KERNEL_ENV, value)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{}={value}: {text}", gpubuf::opencl::KERNEL_ENV);
+        assert!(text.contains("1 passed"), "the child ran: {text}");
+    }
+}
+
+/// The child of [`opencl_kernel_setting_is_checked`].
+#[cfg(feature = "opencl")]
+#[test]
+#[ignore = "run by opencl_kernel_setting_is_checked with the variable set"]
+fn opencl_kernel_child() {
+    use gpubuf::opencl::{OpenClBackend, PlanKernel, KERNEL_ENV};
+    use gpubuf::Error;
+    let value = std::env::var(KERNEL_ENV).unwrap_or_default();
+    let cl = OpenClBackend::new().unwrap();
+    let plan = case(DType::I32, 1, 0, &[(0, vec![(2000, -1)], false)]);
+    let want = match value.trim().to_ascii_lowercase().as_str() {
+        "blocks" => Some(PlanKernel::Blocks),
+        "items" => Some(PlanKernel::Items),
+        _ => None,
+    };
+    match (want, cl.plan_kernel(), cl.prepare(&plan.plan, DType::I32)) {
+        (Some(w), Ok(k), Ok(_)) => assert_eq!(w, k),
+        (None, Err(Error::InvalidArgument(m)), Err(Error::InvalidArgument(_))) => {
+            assert!(m.contains(KERNEL_ENV), "{m}")
+        }
+        (w, k, p) => panic!("{value:?}: wanted {w:?}, got {k:?} and {:?}", p.map(|_| "a plan")),
+    }
+    // A shape given to the handle wins over the variable, and its plans run.
+    for kernel in [PlanKernel::Blocks, PlanKernel::Items] {
+        let forced = cl.with_plan_kernel(kernel);
+        assert_eq!(forced.plan_kernel().unwrap(), kernel);
+        let (packed, _) = Placed { case: &plan, lead: 1 }.run(&forced).unwrap();
+        let initial = bytes(plan.plan.buffer_len() * 4, 5);
+        assert!(packed == reference::gather(&plan.plan, DType::I32, &plan.sources, &initial), "{kernel}");
+    }
+}
