@@ -14,6 +14,7 @@
 //!   pip into a folder under the target folder) into the cubins and PTX the CUDA
 //!   backend embeds, `crates/gpubuf-cuda/kernels/`; `test-all` fails when they are stale.
 //!   `cuda-kernels --check` runs only that check.
+//! * `python`: only the Python step of `test-all` (`GPUBUF_REQUIRE` from the environment).
 
 mod artifacts;
 mod bundle;
@@ -40,6 +41,7 @@ fn main() -> ExitCode {
             problems.is_empty()
         }
         "gpu-bundle" => bundle::build(),
+        "python" => python::command(),
         "cuda-kernels" if std::env::args().nth(2).as_deref() == Some("--check") => {
             let mut tally = summary::Tally::default();
             cudagen::check(&mut tally);
@@ -50,7 +52,9 @@ fn main() -> ExitCode {
         }
         "cuda-kernels" => cudagen::generate(),
         _ => {
-            eprintln!("usage: cargo xtask <test-all | install-deps | gpu-bundle | cuda-kernels [--check]>");
+            eprintln!(
+                "usage: cargo xtask <test-all | install-deps | gpu-bundle | cuda-kernels [--check] | python>"
+            );
             false
         }
     };

@@ -1,6 +1,7 @@
-//! The Python part of `cargo xtask test-all`: a virtual environment under the target
-//! directory with pinned maturin, numpy and pytest from PyPI, the `gpubuf` wheel built by
-//! maturin and installed there, then the pytest suite of `crates/gpubuf-python/tests`.
+//! The Python part of `cargo xtask test-all` (and `cargo xtask python` alone): a virtual
+//! environment under the target directory with pinned maturin, numpy and pytest from PyPI
+//! and pace-util as the halo tests' oracle, the `gpubuf` wheel built by maturin and
+//! installed there, then the pytest suite of `crates/gpubuf-python/tests`.
 
 use crate::sh::{run_ok, run_tee};
 use std::path::{Path, PathBuf};
@@ -8,6 +9,16 @@ use std::process::Command;
 
 /// The packages the suite needs, pinned (maturin builds the wheel; numpy and pytest run it).
 pub const PIP_PINS: [&str; 3] = ["maturin==1.16.0", "numpy==2.4.6", "pytest==9.2.0"];
+
+/// pace-util, the oracle `tests/test_halo.py` compares gpubuf's halo transformer with,
+/// installed with `--no-deps` and pinned with exactly what `import pace.util` needs. Its
+/// declared dependencies are these four and numpy; its `netcdf` and `zarr` extras (xarray,
+/// pandas, scipy, zarr: tens of MB) are left out, as nothing on the path
+/// `pace.util.halo_data_transformer` imports them. About 2 MB in all (cftime is the one
+/// binary wheel, abi3). pace-util 0.9.0 imports `numpy.lib.index_tricks`, which numpy 2
+/// renamed: the test maps the old name to the new module before importing it.
+pub const ORACLE_PINS: [&str; 5] =
+    ["pace-util==0.9.0", "cftime==1.6.6.1", "f90nml==1.5.0", "fsspec==2026.9.0", "typing-extensions==4.16.0"];
 
 /// What the pytest run reported.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -57,7 +68,8 @@ pub fn parse_summary(lines: &[String]) -> Option<PyCounts> {
     })
 }
 
-/// Makes the virtual environment (once) with [`PIP_PINS`] installed; returns its python.
+/// Makes the virtual environment (once) with [`PIP_PINS`] and [`ORACLE_PINS`] installed;
+/// returns its python. A stamp file of the pins makes a second call install nothing.
 fn venv(dir: &Path) -> Result<PathBuf, String> {
     let python = dir.join("bin").join("python");
     if !python.exists() {
@@ -67,13 +79,21 @@ fn venv(dir: &Path) -> Result<PathBuf, String> {
         }
     }
     let stamp = dir.join("gpubuf-pins.txt");
-    let want = PIP_PINS.join("\n");
+    let want = format!("{}\n{}", PIP_PINS.join("\n"), ORACLE_PINS.join("\n"));
     if std::fs::read_to_string(&stamp).ok().as_deref() != Some(want.as_str()) {
-        let mut pip = Command::new(&python);
-        pip.args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check"]).args(PIP_PINS);
-        if !run_ok(&mut pip) {
-            return Err(format!("pip install {} failed", PIP_PINS.join(" ")));
-        }
+        let pip = |extra: &[&str], pins: &[&str]| {
+            let mut pip = Command::new(&python);
+            pip.args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check"])
+                .args(extra)
+                .args(pins);
+            if run_ok(&mut pip) {
+                Ok(())
+            } else {
+                Err(format!("pip install {} failed", pins.join(" ")))
+            }
+        };
+        pip(&[], &PIP_PINS)?;
+        pip(&["--no-deps"], &ORACLE_PINS)?;
         std::fs::write(&stamp, want).map_err(|e| format!("writing {}: {e}", stamp.display()))?;
     }
     Ok(python)
@@ -142,6 +162,21 @@ pub fn run(require: &str) -> Result<PyCounts, String> {
         counts.failed = 1;
     }
     Ok(counts)
+}
+
+/// `cargo xtask python`: only the Python suite, with `GPUBUF_REQUIRE` taken from the
+/// environment (empty: a backend that cannot run is skipped); true when nothing failed.
+pub fn command() -> bool {
+    match run(&std::env::var("GPUBUF_REQUIRE").unwrap_or_default()) {
+        Ok(c) => {
+            println!("python: {} passed, {} failed, {} skipped", c.passed, c.failed, c.skipped);
+            c.failed == 0
+        }
+        Err(e) => {
+            eprintln!("python: FAILED ({e})");
+            false
+        }
+    }
 }
 
 #[cfg(test)]

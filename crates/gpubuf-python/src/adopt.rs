@@ -33,9 +33,15 @@ pub struct Span {
 }
 
 /// The span of an array with data pointer `data`, `shape`, byte `strides` and `item`
-/// bytes per element; `None` when it cannot be adopted (empty, strides not whole
-/// elements, misaligned, or arithmetic that does not fit).
+/// bytes per element; `None` when it cannot be adopted by the CPU backend (empty, strides
+/// not whole elements, not on an [`ADOPT_ALIGN`] boundary, or arithmetic that does not
+/// fit).
 pub fn span(data: usize, shape: &[usize], strides: &[isize], item: usize) -> Option<Span> {
+    span_unaligned(data, shape, strides, item).filter(|s| s.base % ADOPT_ALIGN == 0)
+}
+
+/// [`span`] without the alignment rule (device memory adopted by the CUDA backend).
+pub fn span_unaligned(data: usize, shape: &[usize], strides: &[isize], item: usize) -> Option<Span> {
     if shape.contains(&0) || shape.len() != strides.len() || item == 0 {
         return None;
     }
@@ -58,9 +64,7 @@ pub fn span(data: usize, shape: &[usize], strides: &[isize], item: usize) -> Opt
     let base = i128::try_from(data).ok()?.checked_add(low)?;
     let len = high.checked_sub(low)?.checked_add(item_i)?;
     let (base, len) = (usize::try_from(base).ok()?, usize::try_from(len).ok()?);
-    if base % ADOPT_ALIGN != 0 || base.checked_add(len).is_none() {
-        return None;
-    }
+    base.checked_add(len)?;
     let offset = usize::try_from(-low / item_i).ok()?;
     Some(Span { base, len, strides: elems, offset })
 }

@@ -173,12 +173,15 @@ pub fn export<'py>(
 /// An array from any object with ``__dlpack__`` in host memory (a numpy array, a PyTorch
 /// or CuPy host tensor, another gpubuf array) on ``backend`` (default: a new CPU device):
 /// shared without a copy on the CPU backend where ``NDBuffer.from_numpy`` would share it,
-/// else copied.
+/// else copied. An object with ``__cuda_array_interface__`` (a CuPy array, a CUDA
+/// tensor), with ``backend`` None or a CUDA backend, is adopted without a copy as by
+/// ``NDBuffer.from_cuda_array_interface``.
 ///
 /// Raises ``DTypeMismatchError`` for a dtype gpubuf has no type for.
 ///
 /// # Errors
-/// As `NDBuffer.from_numpy`, and whatever ``numpy.from_dlpack(obj)`` raises.
+/// As `NDBuffer.from_numpy` (or `from_cuda_array_interface`), and whatever
+/// ``numpy.from_dlpack(obj)`` raises.
 #[pyfunction]
 #[pyo3(signature = (obj, backend = None))]
 pub fn from_dlpack(
@@ -186,6 +189,10 @@ pub fn from_dlpack(
     obj: &Bound<'_, PyAny>,
     backend: Option<&PyBackend>,
 ) -> PyResult<PyNDBuffer> {
+    let to_cuda = backend.is_none_or(|b| b.device.as_cuda().is_some());
+    if to_cuda && obj.hasattr("__cuda_array_interface__")? {
+        return crate::cuda::import(py, obj, backend);
+    }
     let np = py.import("numpy")?;
     let host = np.call_method1("from_dlpack", (obj,))?;
     PyNDBuffer::from_numpy(py, &host, backend, None)

@@ -166,6 +166,55 @@ impl PyHaloDataTransformer {
         self.in_flight.lock().extend(q.x.iter().chain(q.y.iter().flatten()).cloned());
         Ok(())
     }
+
+    /// Seconds of each of `reps` packs (or unpacks, `unpack`) of the quantities, each
+    /// waited for, timed inside Rust with no Python in the loop (`gpubuf.bench`'s baseline
+    /// for the binding's overhead). `before` runs untimed before each one (a cache
+    /// eviction), and with `warm` an untimed run of the same operation follows it.
+    ///
+    /// # Errors
+    /// As `async_pack`/`async_unpack`; `InvalidArgumentError` for a numpy array that is
+    /// uploaded rather than used in place (the loop would time a stale copy).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn time_in_rust(
+        &self,
+        py: Python<'_>,
+        xs: &Bound<'_, PyAny>,
+        ys: Option<&Bound<'_, PyAny>>,
+        unpack: bool,
+        reps: usize,
+        warm: bool,
+        before: &mut (dyn FnMut() -> gpubuf::Result<()> + Send),
+    ) -> PyResult<Vec<f64>> {
+        let q = quantities(xs, ys, &self.device, self.dtype)?;
+        if !q.uploaded.is_empty() {
+            return Err(invalid(
+                "time arrays the transformer uses in place: NDBuffers, or numpy arrays on the CPU",
+            ));
+        }
+        let (x, y) = (&q.x, q.y.as_deref());
+        self.run(py, |t| {
+            tdispatch!(t, t => {
+                let xs = typed_list(x)?;
+                let ys = y.map(typed_list).transpose()?;
+                let mut op = || -> gpubuf::Result<()> {
+                    if unpack { t.async_unpack(&xs, ys.as_deref())? } else { t.async_pack(&xs, ys.as_deref())? }
+                    t.synchronize()
+                };
+                let mut times = Vec::with_capacity(reps);
+                for _ in 0..reps {
+                    before().py()?;
+                    if warm {
+                        op().py()?;
+                    }
+                    let t0 = std::time::Instant::now();
+                    op().py()?;
+                    times.push(t0.elapsed().as_secs_f64());
+                }
+                Ok(times)
+            })
+        })
+    }
 }
 
 #[pymethods]

@@ -1,21 +1,27 @@
 //! `import gpubuf`: Python bindings of the gpubuf toolkit (PyO3, abi3 for CPython >= 3.9,
 //! built with maturin). A thin layer over the umbrella crate's [`gpubuf::Device`], the
-//! backend chosen at run time, so nothing here is generic over a backend.
+//! backend chosen at run time, so nothing here is generic over a backend. This is the
+//! native module `gpubuf._gpubuf`; the package `gpubuf` (`python/gpubuf`) re-exports it
+//! and adds `gpubuf.bench`.
 //!
 //! One file per concern: [`errors`] (gpubuf's errors as Python exception classes),
 //! [`backend`] (`Backend`, `backends()`), [`dtype`] (one array type for every element
 //! type), [`ndbuffer`] (`NDBuffer`), [`interop`] and [`dlpack`] (numpy and DLPack without
 //! copies), [`adopt`] (numpy memory adopted by the CPU backend without a copy), [`pool`]
-//! (`MemoryPool`, `PooledBuffer`), [`halo`] and [`halo_run`] (pace-util's halo API). Later
+//! (`MemoryPool`, `PooledBuffer`), [`halo`] and [`halo_run`] (pace-util's halo API),
+//! [`cuda`] (the CUDA array interface), [`mod@bench`] (the benchmark's Rust-side loops). Later
 //! components (the bufferizer, the mirror) add a file and a line to the module function
 //! (`gpubuf_module`) below.
 //!
 //! Every call that copies or allocates releases the GIL; no Rust panic is raised from this
 //! code on user input (PyO3 turns one into `pyo3_runtime.PanicException` should it happen).
-//! The Python-facing documentation is `docs/python.md` and the stub `gpubuf.pyi`.
+//! The Python-facing documentation is `docs/python.md` and the stub
+//! `python/gpubuf/_gpubuf.pyi`.
 
 pub mod adopt;
 pub mod backend;
+pub mod bench;
+pub mod cuda;
 pub mod dlpack;
 pub mod dtype;
 pub mod errors;
@@ -27,9 +33,9 @@ pub mod pool;
 
 use pyo3::prelude::*;
 
-/// The `gpubuf` extension module.
+/// The `gpubuf._gpubuf` extension module.
 #[pymodule]
-#[pyo3(name = "gpubuf")]
+#[pyo3(name = "_gpubuf")]
 fn gpubuf_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     errors::register(m)?;
@@ -45,5 +51,10 @@ fn gpubuf_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<halo::PyQuantityHaloSpec>()?;
     m.add_class::<halo::PyHaloExchangeSpec>()?;
     m.add_class::<halo_run::PyHaloDataTransformer>()?;
+    m.add_function(wrap_pyfunction!(cuda::_cuda_array_interface, m)?)?;
+    m.add_function(wrap_pyfunction!(cuda::_parse_cuda_array_interface, m)?)?;
+    m.add_class::<bench::PyEvictor>()?;
+    m.add_function(wrap_pyfunction!(bench::_halo_times, m)?)?;
+    m.add_function(wrap_pyfunction!(bench::_pool_hit_ns, m)?)?;
     Ok(())
 }

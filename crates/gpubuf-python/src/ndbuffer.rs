@@ -230,6 +230,33 @@ impl PyNDBuffer {
         interop::array_interface(py, &self.array)
     }
 
+    /// The CUDA array interface (version 3), on the CUDA backend only: the device
+    /// pointer, shape, typestr, strides in bytes (None when C-contiguous) and the stream
+    /// gpubuf's copies run on (consumers wait on it). Raises ``AttributeError`` on other
+    /// backends, so ``hasattr(a, "__cuda_array_interface__")`` is False there.
+    #[getter]
+    fn __cuda_array_interface__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        crate::cuda::export(py, &self.array)
+    }
+
+    /// An array over the device memory of any object with ``__cuda_array_interface__``
+    /// (CuPy, PyTorch, Numba arrays) on ``backend`` (default: the default CUDA device),
+    /// without a copy: the object is kept alive while the array (or a view of it) lives,
+    /// and its ``stream`` is synchronised first.
+    ///
+    /// Raises ``InvalidArgumentError`` for an object without the interface, a malformed,
+    /// read-only or masked one, or a backend that is not CUDA; ``DTypeMismatchError``;
+    /// ``BackendUnavailableError`` when no CUDA device can run.
+    #[staticmethod]
+    #[pyo3(signature = (obj, backend = None))]
+    fn from_cuda_array_interface(
+        py: Python<'_>,
+        obj: &Bound<'_, PyAny>,
+        backend: Option<&PyBackend>,
+    ) -> PyResult<Self> {
+        crate::cuda::import(py, obj, backend)
+    }
+
     /// DLPack export (CPU backend): a capsule that shares this array's memory.
     /// Raises ``BufferError`` on backends it cannot express.
     #[pyo3(signature = (*, stream = None, max_version = None, dl_device = None, copy = None))]

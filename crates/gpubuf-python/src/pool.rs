@@ -89,7 +89,7 @@ fn limit_arg(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Limit>> {
 /// ``OutOfMemoryError`` after freeing what the pool held.
 #[pyclass(name = "MemoryPool", module = "gpubuf", frozen)]
 pub struct PyMemoryPool {
-    pool: MemoryPool<Device>,
+    pub(crate) pool: MemoryPool<Device>,
     bits: u32,
 }
 

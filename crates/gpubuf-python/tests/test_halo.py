@@ -226,6 +226,96 @@ def import_pace_util():
     return pytest.importorskip("pace.util")
 
 
+def boundary_slices(shape, dims, n_halo, boundary, interior):
+    """The slices of one edge (``boundary`` west, east, south or north): the compute points
+    next to it (interior, shifted one point inwards on interface axes) or the halo there,
+    the whole compute domain along the other axes, as pace's boundary helpers."""
+    axis_of = {"west": ("x", True), "east": ("x", False), "south": ("y", True), "north": ("y", False)}
+    which, at_start = axis_of[boundary]
+    out = []
+    for s, d in zip(shape, dims):
+        o = n_halo if d in HORIZONTAL else 0
+        e = s - 2 * o
+        if d in HORIZONTAL and d[0] == which:
+            inset = 1 if d.endswith("_interface") else 0
+            if interior:
+                start = o + inset if at_start else o + e - inset - n_halo
+                out.append(slice(start, start + n_halo))
+            else:
+                out.append(slice(o - n_halo, o) if at_start else slice(o + e, o + e + n_halo))
+        else:
+            out.append(slice(o, o + e))
+    return tuple(out)
+
+
+def random_exchange(seed):
+    """A random exchange: dims (interface ones included), halo width, sizes, one to three
+    arrays (vectors: x and y arrays) with distinct edges each, random rotations."""
+    rng = np.random.default_rng(seed)
+    dims = DIMS[rng.integers(len(DIMS))]
+    n_halo = int(rng.integers(1, 4))
+    n = int(rng.integers(n_halo + 2, 9))
+    sizes = {"x": n, "y": n, "x_interface": n + 1, "y_interface": n + 1, "z": int(rng.integers(1, 5))}
+    shape = tuple(sizes[d] + (2 * n_halo if d in HORIZONTAL else 0) for d in dims)
+    count = int(rng.integers(1, 4))
+    edges = []  # (array index, boundary, rotation)
+    for k in range(count):
+        for b in rng.permutation(["west", "east", "south", "north"])[: rng.integers(1, 5)]:
+            edges.append((k, str(b), int(rng.integers(-1, 5))))
+    return dims, n_halo, shape, count, edges, bool(rng.integers(2))
+
+
+def pace_and_gpubuf(backend, seed):
+    """The same random exchange in pace-util and in gpubuf: (pace transformer, gpubuf
+    transformer, x arrays, y arrays or None, pace quantities x, y, dims)."""
+    pace = import_pace_util()
+    from pace.util import halo_data_transformer as hdt
+
+    dims, n_halo, shape, count, edges, vector = random_exchange(seed)
+    xs = [field(shape, 100 * seed + k) for k in range(count)]
+    ys = [field(shape, 100 * seed + 50 + k) for k in range(count)] if vector else None
+    q = qspec(xs[0], dims, n_halo)
+    pq = hdt.QuantityHaloSpec(n_halo, xs[0].strides, 8, shape, q.origin, q.extent, dims, np, xs[0].dtype)
+    sl = [(boundary_slices(shape, dims, n_halo, b, True), r, boundary_slices(shape, dims, n_halo, b, False))
+          for _, b, r in edges]
+    ours = [gpubuf.HaloExchangeSpec(q, p, r, u) for p, r, u in sl]
+    theirs = [hdt.HaloExchangeSpec(pq, p, r, u) for p, r, u in sl]
+    t = gpubuf.HaloDataTransformer.get(np, ours, ours if vector else None, backend=backend)
+    ref = hdt.HaloDataTransformer.get(np, theirs, theirs if vector else None)
+    qx = [xs[k] for k, _, _ in edges]
+    qy = [ys[k] for k, _, _ in edges] if vector else None
+    quant = lambda a: pace.Quantity(a, dims, "m", origin=q.origin, extent=q.extent)  # noqa: E731
+    rx = [quant(a) for a in qx]
+    ry = [quant(a) for a in qy] if vector else None
+    return ref, t, qx, qy, rx, ry
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_pace_util_oracle_random(backend, seed):
+    """Random exchanges (rotations, vectors, interface dims, several arrays and edges):
+    the pack buffer byte for byte and the unpacked arrays equal pace-util's."""
+    ref, t, qx, qy, rx, ry = pace_and_gpubuf(backend, seed)
+    ref.async_pack(rx, ry)
+    t.async_pack(qx, qy)
+    sent = ref.get_pack_buffer().array
+    np.testing.assert_array_equal(t.get_pack_buffer().to_numpy(), sent)
+    assert sent.size == t.buffer_size
+
+    received = np.random.default_rng(1000 + seed).standard_normal(sent.size)
+    ref.get_unpack_buffer().array[:] = received
+    t.receive(received)
+    # pace unpacks into its quantities' arrays; gpubuf into copies of the same arrays.
+    copies = {}  # one copy per distinct array: several edges unpack into one array
+    mine_x = [copies.setdefault(id(a), a.copy()) for a in qx]
+    mine_y = [copies.setdefault(id(a), a.copy()) for a in qy] if qy is not None else None
+    ref.async_unpack(rx, ry)
+    ref.synchronize()
+    t.async_unpack(mine_x, mine_y)
+    t.synchronize()
+    for got, want in zip(mine_x + (mine_y or []), [r.data for r in rx + (ry or [])]):
+        np.testing.assert_array_equal(got, want)
+
+
 @pytest.mark.parametrize("dims", DIMS)
 def test_pace_util_oracle(backend, dims):
     """Pack buffers byte for byte against pace-util's own CPU transformer."""

@@ -1,4 +1,4 @@
-"""Type stubs of the ``gpubuf`` extension module (see docs/python.md)."""
+"""Type stubs of the native module ``gpubuf._gpubuf``, re-exported by ``gpubuf`` (see docs/python.md)."""
 
 from types import TracebackType
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Type, Union
@@ -146,10 +146,28 @@ class NDBuffer:
     ) -> Any:
         """A DLPack capsule sharing the memory (CPU backend; BufferError elsewhere)."""
     def __dlpack_device__(self) -> Tuple[int, int]: ...
+    @property
+    def __cuda_array_interface__(self) -> Dict[str, Any]:
+        """The CUDA array interface, version 3 (CUDA backend only; AttributeError elsewhere):
+        ``shape``, ``typestr``, ``data`` (pointer, False), ``strides`` (bytes, None when
+        C-contiguous), ``version`` 3, ``stream`` (gpubuf's default stream)."""
+    @staticmethod
+    def from_cuda_array_interface(obj: Any, backend: Optional[Backend] = None) -> NDBuffer:
+        """The device memory of an object with ``__cuda_array_interface__`` on ``backend``
+        (default: the default CUDA device), without a copy; keeps ``obj`` alive."""
     def __len__(self) -> int: ...
 
 def from_dlpack(obj: Any, backend: Optional[Backend] = None) -> NDBuffer:
-    """Any host object with ``__dlpack__`` on ``backend``: shared on the CPU where ``NDBuffer.from_numpy`` would share it, else a copy."""
+    """Any host object with ``__dlpack__`` on ``backend``: shared on the CPU where ``NDBuffer.from_numpy`` would share it, else a copy.
+    An object with ``__cuda_array_interface__`` (``backend`` None or CUDA) is adopted without a copy."""
+
+# Private: the pure halves of the CUDA array interface, for tests.
+def _cuda_array_interface(
+    shape: Sequence[int], strides: Sequence[int], dtype: _DType, ptr: int, stream: Optional[int] = None
+) -> Dict[str, Any]: ...
+def _parse_cuda_array_interface(
+    dict: Dict[str, Any],
+) -> Tuple[str, List[int], int, int, List[int], int, Optional[int]]: ...
 
 class ImmediateAllocator:
     """Pool memory exists when ``allocate`` returns."""
@@ -306,3 +324,19 @@ class HaloDataTransformer:
     def dtype(self) -> np.dtype: ...
     @property
     def backend(self) -> Backend: ...
+
+# Private: the Rust side of `python -m gpubuf.bench`.
+class _Evictor:
+    def __init__(self, backend: Backend, nbytes: int) -> None: ...
+    def __call__(self) -> None: ...
+
+def _halo_times(
+    transformer: HaloDataTransformer,
+    quantities_x: Sequence[_Quantity],
+    quantities_y: Optional[Sequence[_Quantity]],
+    unpack: bool,
+    reps: int,
+    warm: bool,
+    evictor: Optional[_Evictor] = None,
+) -> List[float]: ...
+def _pool_hit_ns(pool: MemoryPool, size: int, iters: int) -> float: ...

@@ -1,0 +1,64 @@
+"""`python -m gpubuf.bench`: a smoke run of each benchmark (tiny sizes, one repetition)
+checking the report has the JSON shape of `gpubuf bench --json`."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+import gpubuf
+from gpubuf import bench
+
+KEYS = {"name", "value", "unit", "baseline", "ratio"}
+
+
+def check_report(report, name, backend):
+    assert set(report) == {"bench", "backend", "device", "results"}
+    assert (report["bench"], report["backend"]) == (name, backend)
+    assert isinstance(report["device"], str) and report["device"]
+    assert report["results"]
+    for e in report["results"]:
+        assert {"name", "value", "unit"} <= set(e) <= KEYS
+        assert e["value"] > 0 and e["baseline"] > 0
+        assert e["ratio"] == pytest.approx(e["value"] / e["baseline"])
+    return {e["name"]: e for e in report["results"]}
+
+
+def test_halo_report(backend):
+    r = bench.run("halo", backend.name, reps=1, quick=True)
+    names = check_report(r, "halo", backend.name)
+    for case in ("c192_rot0", "c192_rot1", "c192_vec_rot1", "c48_q30"):
+        for regime in ("", "warm/"):
+            for what in ("pack", "unpack"):
+                e = names[f"{regime}{case}/{what}_gbps"]
+                assert e["unit"] == "GB/s"
+                if bench.import_pace() is not None:
+                    assert f"{regime}{case}/{what}_vs_pace" in names
+
+
+def test_pool_report_from_the_command_line(backend):
+    out = subprocess.run(
+        [sys.executable, "-m", "gpubuf.bench", "pool", "--backend", backend.name, "--json", "--reps", "1", "--quick"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    lines = out.strip().splitlines()
+    assert len(lines) == 1
+    names = check_report(json.loads(lines[0]), "pool", backend.name)
+    for size in bench.POOL_SIZES:
+        assert names[f"hit_ns/{size}"]["unit"] == "ns"
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError):
+        bench.run("nope")
+    with pytest.raises(ValueError):
+        bench.run("pool", reps=0)
+
+
+@pytest.mark.skipif("cuda" in gpubuf.available_backends(), reason="CUDA can run here")
+def test_unavailable_backend_raises():
+    with pytest.raises(gpubuf.BackendUnavailableError):
+        bench.run("pool", "cuda", reps=1, quick=True)
