@@ -1,13 +1,17 @@
 //! Copy plans on CUDA: `kernels/cuda/plan.cu` compiled ahead of time ([`crate::aot`]) and
 //! loaded once per context, plan tables uploaded once per plan, one launch per plan (up to
 //! [`MAX_SOURCES`] sources; a plan with more is split by source).
+//!
+//! The kernel runs the plan in blocks (gpubuf-core's `encode_blocks`): one CUDA block of
+//! 256 threads per block of 1024 buffer elements or 32 x 32 tile of a transposed segment,
+//! the same algorithm as the OpenCL backend's block kernel on GPUs.
 
 use crate::backend::CudaBackend;
 use crate::error::{driver, maybe_oom, unavailable};
 use crate::memory::{CudaMemory, CudaStream};
 use cudarc::driver::result;
 use cudarc::driver::sys::{CUfunction, CUmodule};
-use gpubuf_core::encode::encode;
+use gpubuf_core::encode::{encode_blocks, BlockShape};
 use gpubuf_core::{
     check_plan_args, check_scatter_args, Allocator, BackendKind, CopyPlan, DType, Error, Kernels, MemRef,
     PreparedPlan, Result,
@@ -22,8 +26,12 @@ pub const PLAN_SOURCE: &str = include_str!("../../../kernels/cuda/plan.cu");
 /// Sources one launch can take (the size of the `SrcTable` kernel parameter).
 pub const MAX_SOURCES: usize = 256;
 
-/// Threads per block of the plan kernels.
+/// Threads per block of the plan kernels (`THREADS` and the launch bounds in plan.cu).
 const BLOCK: u32 = 256;
+
+/// Buffer elements per block (`ELEMS` in plan.cu): four independent moves per thread,
+/// tiles of 32 x 32.
+const BLOCK_ELEMS: usize = 1024;
 
 /// Compiles the plan kernels to PTX with NVRTC. Needs libnvrtc only, no GPU, so CI runs it
 /// to catch a broken `.cu` file.
@@ -106,9 +114,11 @@ pub struct CudaPlan {
 struct Part {
     sources: Vec<usize>,
     segs: CudaMemory,
-    starts: CudaMemory,
+    /// Prefix sums of the segments' block counts.
+    groups: CudaMemory,
     nseg: i32,
-    total: i64,
+    /// CUDA blocks of one launch (at least 1).
+    blocks: u32,
 }
 
 impl std::fmt::Debug for CudaPlan {
@@ -142,13 +152,21 @@ impl Kernels for CudaBackend {
     fn prepare(&self, plan: &CopyPlan, dtype: DType) -> Result<CudaPlan> {
         let mut parts = Vec::new();
         for (sources, sub) in plan.split_by_source(MAX_SOURCES)? {
-            let enc = encode(&sub);
+            let enc = encode_blocks(&sub, BlockShape::new(BLOCK_ELEMS));
+            if enc.blocks() == 0 {
+                continue;
+            }
+            // A grid's x dimension takes up to 2^31 - 1 blocks.
+            let blocks = u32::try_from(enc.blocks())
+                .ok()
+                .filter(|&b| b <= i32::MAX as u32)
+                .ok_or_else(|| Error::plan(format!("{} blocks exceed one launch", enc.blocks())))?;
             parts.push(Part {
                 sources,
                 segs: upload_words(self, &enc.segments)?,
-                starts: upload_words(self, &enc.starts)?,
+                groups: upload_words(self, &enc.groups)?,
                 nseg: i32::try_from(enc.nseg()).map_err(|_| Error::plan("more than 2^31 segments"))?,
-                total: i64::try_from(enc.total).map_err(|_| Error::plan("more than 2^63 elements"))?,
+                blocks,
             });
         }
         let module = if parts.is_empty() { None } else { Some(self.module()?) };
@@ -199,43 +217,37 @@ impl CudaBackend {
         self.use_on(stream, buffer.memory)?;
         for part in &plan.parts {
             self.use_on(stream, &part.segs)?;
-            self.use_on(stream, &part.starts)?;
+            self.use_on(stream, &part.groups)?;
         }
         let w = plan.dtype.size().trailing_zeros() as usize;
         let f = if gather { module.gather[w] } else { module.scatter[w] };
-        let sms = self.inner.info.compute_units.max(1);
         for part in &plan.parts {
             let mut table = [0u64; MAX_SOURCES];
             for (slot, &src) in part.sources.iter().enumerate() {
                 table[slot] = device_address(arrays[src].memory.ptr, arrays[src].offset)?;
             }
             let mut segs = part.segs.ptr;
-            let mut starts = part.starts.ptr;
+            let mut groups = part.groups.ptr;
             let mut nseg = part.nseg;
-            let mut total = part.total;
             let mut is_float = i32::from(plan.dtype.is_float());
             let mut buf = device_address(buffer.memory.ptr, buffer.offset)?;
-            let mut params: [*mut c_void; 7] = [
+            let mut params: [*mut c_void; 6] = [
                 &mut segs as *mut _ as *mut c_void,
-                &mut starts as *mut _ as *mut c_void,
+                &mut groups as *mut _ as *mut c_void,
                 &mut nseg as *mut _ as *mut c_void,
-                &mut total as *mut _ as *mut c_void,
                 &mut is_float as *mut _ as *mut c_void,
                 &mut buf as *mut _ as *mut c_void,
                 &mut table as *mut _ as *mut c_void,
             ];
-            // At most 32 blocks per SM: the clamp keeps the count far inside u32.
-            let blocks = u64::try_from(part.total)
-                .unwrap_or(u64::MAX)
-                .div_ceil(u64::from(BLOCK))
-                .clamp(1, u64::from(sms) * 32);
-            let blocks = u32::try_from(blocks).unwrap_or(u32::MAX);
             // SAFETY: the parameters match plan.cu's signature (two table pointers, int,
-            // long long, int, element pointer, SrcTable by value); every pointer is a
-            // live allocation checked by `check_plan_args`; the driver copies the
-            // parameter values at launch.
-            unsafe { result::launch_kernel(f, (blocks, 1, 1), (BLOCK, 1, 1), 0, stream.raw, &mut params) }
-                .map_err(|e| maybe_oom(e, "cuLaunchKernel", 0))?;
+            // int, element pointer, SrcTable by value); every pointer is a live allocation
+            // checked by `check_plan_args`; one CUDA block of BLOCK threads (the kernel's
+            // launch bounds) per table block, so every block the kernel looks up exists in
+            // `groups`; the driver copies the parameter values at launch.
+            unsafe {
+                result::launch_kernel(f, (part.blocks, 1, 1), (BLOCK, 1, 1), 0, stream.raw, &mut params)
+            }
+            .map_err(|e| maybe_oom(e, "cuLaunchKernel", 0))?;
         }
         Ok(())
     }
