@@ -313,7 +313,6 @@ pub(crate) fn quantity(
         return Ok((nd.get().array.clone(), None));
     }
     let py = obj.py();
-    let np = py.import("numpy")?;
     let arr = if let Ok(a) = obj.cast::<PyUntypedArray>() {
         a.clone()
     } else if let Ok(a) =
@@ -321,13 +320,16 @@ pub(crate) fn quantity(
     {
         a
     } else if obj.hasattr("__dlpack__")? {
-        np.call_method1("from_dlpack", (obj,))?.cast_into::<PyUntypedArray>()?
+        py.import("numpy")?.call_method1("from_dlpack", (obj,))?.cast_into::<PyUntypedArray>()?
     } else {
         return Err(invalid(
             "a quantity is a numpy array, an object with a .data array, or a gpubuf.NDBuffer",
         ));
     };
-    let got = from_numpy_dtype(&arr.dtype())?;
+    // The expected dtype first: one comparison on the common path.
+    let descr = arr.dtype();
+    let same = numpy::PyArrayDescrMethods::is_equiv_to(&descr, &crate::dtype::numpy_dtype(py, dtype));
+    let got = if same { dtype } else { from_numpy_dtype(&descr)? };
     if got != dtype {
         return Err(crate::errors::to_py(gpubuf::Error::DTypeMismatch { expected: dtype, got }));
     }
@@ -378,6 +380,9 @@ pub(crate) fn check_disjoint(arrays: &[&AnyArray]) -> PyResult<()> {
                 None => continue,
             }
         });
+        if seen.iter().any(|&(i, _, _)| i == id) {
+            continue;
+        }
         for &(i, s, l) in &seen {
             if i != id && start < s.saturating_add(l) && s < start.saturating_add(len) {
                 return Err(invalid(

@@ -82,7 +82,8 @@ struct Quantities {
 }
 
 /// Converts the quantities; one numpy array passed several times (same data pointer,
-/// shape and strides) becomes one array.
+/// shape and strides) becomes one array. The same object passed again is found by
+/// identity first (the common case: one array per quantity, several edges each).
 fn quantities(
     xs: &Bound<'_, PyAny>,
     ys: Option<&Bound<'_, PyAny>>,
@@ -91,25 +92,28 @@ fn quantities(
 ) -> PyResult<Quantities> {
     type Key = (usize, Vec<usize>, Vec<isize>);
     let mut seen: Vec<(Key, AnyArray)> = Vec::new();
+    let mut objects: Vec<(*mut pyo3::ffi::PyObject, AnyArray)> = Vec::new();
     let mut uploaded = Vec::new();
     let mut list = |l: &Bound<'_, PyAny>| -> PyResult<Vec<AnyArray>> {
         let items: Vec<Bound<'_, PyAny>> =
             l.extract().map_err(|_| invalid("quantities are a sequence of arrays, one per spec"))?;
         let mut out = Vec::with_capacity(items.len());
         for item in &items {
+            if let Some((_, hit)) = objects.iter().find(|(p, _)| *p == item.as_ptr()) {
+                out.push(hit.clone());
+                continue;
+            }
             let key = match item.cast::<PyUntypedArray>() {
-                Ok(a) => Some((
-                    a.getattr("ctypes")?.getattr("data")?.extract::<usize>()?,
-                    a.shape().to_vec(),
-                    a.strides().to_vec(),
-                )),
+                Ok(a) => Some((crate::adopt::data_ptr(a), a.shape().to_vec(), a.strides().to_vec())),
                 Err(_) => None,
             };
             if let Some(hit) = key.as_ref().and_then(|k| seen.iter().find(|(s, _)| s == k)) {
+                objects.push((item.as_ptr(), hit.1.clone()));
                 out.push(hit.1.clone());
                 continue;
             }
             let (array, back) = quantity(item, device, dtype)?;
+            objects.push((item.as_ptr(), array.clone()));
             if let Some(k) = key {
                 seen.push((k, array.clone()));
             }
