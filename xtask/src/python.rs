@@ -20,6 +20,13 @@ pub const PIP_PINS: [&str; 3] = ["maturin==1.16.0", "numpy==2.4.6", "pytest==9.2
 pub const ORACLE_PINS: [&str; 5] =
     ["pace-util==0.9.0", "cftime==1.6.6.1", "f90nml==1.5.0", "fsspec==2026.9.0", "typing-extensions==4.16.0"];
 
+/// pyopencl, the baseline of `python -m gpubuf.bench pool` on OpenCL (its `MemoryPool` on
+/// the same device), so the smoke test runs that path too: a 0.8 MB wheel with its own
+/// OpenCL loader, and its dependencies but numpy and typing-extensions (pinned above),
+/// installed with `--no-deps` like the oracle.
+pub const BASELINE_PINS: [&str; 4] =
+    ["pyopencl==2026.1.4", "pytools==2026.1.1", "platformdirs==4.14.7", "siphash24==1.9"];
+
 /// What the pytest run reported.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct PyCounts {
@@ -68,7 +75,8 @@ pub fn parse_summary(lines: &[String]) -> Option<PyCounts> {
     })
 }
 
-/// Makes the virtual environment (once) with [`PIP_PINS`] and [`ORACLE_PINS`] installed;
+/// Makes the virtual environment (once) with [`PIP_PINS`], [`ORACLE_PINS`] and
+/// [`BASELINE_PINS`] installed;
 /// returns its python. A stamp file of the pins makes a second call install nothing.
 fn venv(dir: &Path) -> Result<PathBuf, String> {
     let python = dir.join("bin").join("python");
@@ -79,7 +87,7 @@ fn venv(dir: &Path) -> Result<PathBuf, String> {
         }
     }
     let stamp = dir.join("gpubuf-pins.txt");
-    let want = format!("{}\n{}", PIP_PINS.join("\n"), ORACLE_PINS.join("\n"));
+    let want = [&PIP_PINS[..], &ORACLE_PINS, &BASELINE_PINS].concat().join("\n");
     if std::fs::read_to_string(&stamp).ok().as_deref() != Some(want.as_str()) {
         let pip = |extra: &[&str], pins: &[&str]| {
             let mut pip = Command::new(&python);
@@ -93,7 +101,7 @@ fn venv(dir: &Path) -> Result<PathBuf, String> {
             }
         };
         pip(&[], &PIP_PINS)?;
-        pip(&["--no-deps"], &ORACLE_PINS)?;
+        pip(&["--no-deps"], &[&ORACLE_PINS[..], &BASELINE_PINS].concat())?;
         std::fs::write(&stamp, want).map_err(|e| format!("writing {}: {e}", stamp.display()))?;
     }
     Ok(python)

@@ -49,6 +49,8 @@ def test_pool_report_from_the_command_line(backend):
     names = check_report(json.loads(lines[0]), "pool", backend.name)
     for size in bench.POOL_SIZES:
         assert names[f"hit_ns/{size}"]["unit"] == "ns"
+        if backend.name == "opencl" and bench._pyopencl_pool() is not None:
+            assert names[f"vs_pyopencl/{size}"]["unit"] == "ns"
 
 
 def test_bad_arguments():

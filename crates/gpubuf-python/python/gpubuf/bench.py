@@ -199,12 +199,14 @@ def _pyopencl_pool():
 
     want = os.environ.get("GPUBUF_OPENCL_DEVICE", "")
     name = Backend("opencl").info.get("name", "")
-    for platform in cl.get_platforms():
-        for dev in platform.get_devices():
-            if dev.name == name or (want and want.lower() in dev.name.lower()):
-                ctx = cl.Context([dev])
-                queue = cl.CommandQueue(ctx)
-                return cl_tools.MemoryPool(cl_tools.ImmediateAllocator(queue))
+    try:
+        devices = [d for p in cl.get_platforms() for d in p.get_devices()]
+    except cl.Error:  # pyopencl's own loader found no platform
+        return None
+    for dev in devices:
+        if dev.name == name or (want and want.lower() in dev.name.lower()):
+            queue = cl.CommandQueue(cl.Context([dev]))
+            return cl_tools.MemoryPool(cl_tools.ImmediateAllocator(queue))
     return None
 
 
