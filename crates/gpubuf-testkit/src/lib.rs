@@ -241,7 +241,7 @@ pub fn cross_backend_ready() -> bool {
 
 /// Runs `body` on every available backend; returns `(backend, output)` pairs, CPU first.
 /// OpenCL runs twice when its device uses the per-work-item plan kernels (CPU devices):
-/// once as it is and once with the block-shaped kernels forced ([`opencl_blocks`]).
+/// once as it is and once with the block-shaped kernels forced (`opencl_blocks()`).
 ///
 /// # Errors
 /// The first error a backend returns.
