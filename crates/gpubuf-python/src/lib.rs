@@ -25,6 +25,7 @@ pub mod cuda;
 pub mod dlpack;
 pub mod dtype;
 pub mod errors;
+pub mod gil;
 pub mod halo;
 pub mod halo_run;
 pub mod interop;
@@ -46,6 +47,7 @@ fn gpubuf_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(dlpack::from_dlpack, m)?)?;
     m.add_class::<pool::PyMemoryPool>()?;
     m.add_class::<pool::PyPooledBuffer>()?;
+    m.add_function(wrap_pyfunction!(pool::_pool_gil_releases, m)?)?;
     m.add_class::<pool::PyImmediateAllocator>()?;
     m.add_class::<pool::PyDeferredAllocator>()?;
     m.add_class::<halo::PyQuantityHaloSpec>()?;

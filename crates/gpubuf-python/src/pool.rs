@@ -4,6 +4,7 @@
 use crate::backend::PyBackend;
 use crate::dtype::{parse_dtype, with_dtype, Wrap};
 use crate::errors::{invalid, IntoPy};
+use crate::gil::{holding_gil, GilAllocator};
 use crate::ndbuffer::{shape_arg, PyNDBuffer};
 use gpubuf::pool::{alloc_size, bin_number, Limit, PoolConfig};
 use gpubuf::{DType, Device, MemoryPool, Order, PoolStats, PooledBuffer};
@@ -89,7 +90,7 @@ fn limit_arg(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Limit>> {
 /// ``OutOfMemoryError`` after freeing what the pool held.
 #[pyclass(name = "MemoryPool", module = "gpubuf", frozen)]
 pub struct PyMemoryPool {
-    pub(crate) pool: MemoryPool<Device>,
+    pub(crate) pool: MemoryPool<GilAllocator>,
     bits: u32,
 }
 
@@ -123,7 +124,7 @@ impl PyMemoryPool {
             limit: limit_arg(limit)?,
             ..PoolConfig::default()
         };
-        let pool = MemoryPool::with_config(device, config).py()?;
+        let pool = MemoryPool::with_config(GilAllocator { device }, config).py()?;
         Ok(PyMemoryPool { pool, bits: leading_bits_in_bin_id })
     }
 
@@ -132,14 +133,16 @@ impl PyMemoryPool {
     ///
     /// Raises ``OutOfMemoryError`` when neither the pool nor the device has the memory (or the
     /// limit is reached); ``InvalidArgumentError`` for a negative size.
+    ///
+    /// A block the pool holds is handed out with the GIL kept; the GIL is released while
+    /// the pool allocates from the device.
     fn allocate(&self, py: Python<'_>, size: &Bound<'_, PyAny>) -> PyResult<PyPooledBuffer> {
         let bytes = bytes_arg(size)?;
-        let pool = self.pool.clone();
-        let block = py.detach(move || pool.allocate(bytes)).py()?;
+        let block = holding_gil(py, || self.pool.allocate(bytes)).py()?;
         Ok(PyPooledBuffer {
             block: Mutex::new(Some(block)),
             size: bytes,
-            device: self.pool.allocator().clone(),
+            device: self.pool.allocator().device.clone(),
         })
     }
 
@@ -248,13 +251,13 @@ impl PyMemoryPool {
     /// The backend the pool allocates from.
     #[getter]
     fn backend(&self) -> PyBackend {
-        PyBackend::new(self.pool.allocator().clone())
+        PyBackend::new(self.pool.allocator().device.clone())
     }
 
     fn __repr__(&self) -> String {
         format!(
             "gpubuf.MemoryPool({:?}, active_blocks={}, held_blocks={}, managed_bytes={})",
-            self.pool.allocator().kind().name(),
+            self.pool.allocator().device.kind().name(),
             self.pool.active_blocks(),
             self.pool.held_blocks(),
             self.pool.managed_bytes()
@@ -275,7 +278,7 @@ impl PyMemoryPool {
         let pool = self.pool.clone();
         let array = py
             .detach(move || {
-                let device = pool.allocator().clone();
+                let device = pool.allocator().device.clone();
                 with_dtype!(d, T => {
                     let a = if zero {
                         pool.zeros::<Device, T>(&device, &shape)
@@ -295,7 +298,7 @@ impl PyMemoryPool {
 /// does leaving a ``with`` block or dropping the last reference.
 #[pyclass(name = "PooledBuffer", module = "gpubuf", frozen)]
 pub struct PyPooledBuffer {
-    block: Mutex<Option<PooledBuffer<Device>>>,
+    block: Mutex<Option<PooledBuffer<GilAllocator>>>,
     size: usize,
     device: Device,
 }
@@ -391,4 +394,11 @@ impl PyPooledBuffer {
             None => format!("gpubuf.PooledBuffer(size={}, released)", self.size),
         }
     }
+}
+
+/// How many device allocations of ``MemoryPool.allocate`` this thread made with the GIL
+/// released (a pool hit makes none).
+#[pyfunction]
+pub fn _pool_gil_releases() -> u64 {
+    crate::gil::releases()
 }

@@ -47,3 +47,27 @@ def test_gil_released_during_long_copies(backend):
         measured += 1
         assert len(inside) >= 2, f"no other thread ran during a {took:.3f} s copy"
     assert measured > 0, "every copy was too quick to tell"
+
+
+def test_pool_hit_keeps_the_gil_and_a_miss_releases_it(backend):
+    releases = gpubuf._gpubuf._pool_gil_releases
+    pool = gpubuf.MemoryPool(backend)
+    before = releases()
+    b = pool.allocate(1 << 16)  # a miss: the pool allocates a segment from the device
+    assert releases() == before + 1 and pool.stats()["misses"] == 1
+    b.release()
+    for _ in range(100):  # hits: the held block again, no device call, the GIL kept
+        pool.allocate(1 << 16).release()
+    assert releases() == before + 1 and pool.stats()["hits"] >= 100
+    # Arrays of the pool allocate with the GIL already released: not counted again.
+    a = pool.empty((3 << 20,), "uint8")
+    assert releases() == before + 1 and a.size == 3 << 20
+
+
+def test_other_threads_run_during_a_pool_miss(cpu):
+    # A 512 MiB segment that must exist on return (touched page by page) takes a while.
+    pool = gpubuf.MemoryPool(gpubuf.ImmediateAllocator(cpu))
+    inside, took = _ticks_during(lambda: pool.allocate(512 << 20).release())
+    if took < 0.02:
+        return  # too quick to tell on this machine
+    assert len(inside) >= 2, f"no other thread ran during a {took:.3f} s pool miss"

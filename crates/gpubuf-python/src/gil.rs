@@ -1,0 +1,88 @@
+//! The allocator under `gpubuf.MemoryPool`: a [`Device`] that lets the GIL go while the
+//! device allocates.
+//!
+//! A pool hit (a held block handed out again) takes the pool's lock for well under a
+//! microsecond and never calls the device, so `MemoryPool.allocate` keeps the GIL for it:
+//! releasing and taking the GIL back costs several times the hit itself. Only when the pool
+//! must allocate from the device (a miss: a driver call that may block) is the GIL
+//! released, here, for the duration of that call. The pool never holds its lock across an
+//! allocator call, so another Python thread may use the pool meanwhile.
+//!
+//! The GIL is released only on a thread that marked itself with [`holding_gil`] (a call
+//! made from Python with the GIL held); calls from code that already released it (the
+//! pool's `empty` and `zeros` run under `Python::detach`) allocate directly.
+
+use gpubuf::{Allocator, Device, MemoryInfo, Result};
+use pyo3::Python;
+use std::cell::Cell;
+
+thread_local! {
+    /// Whether this thread holds the GIL inside a pool call made by [`holding_gil`].
+    static HOLDING: Cell<bool> = const { Cell::new(false) };
+    /// Device allocations made with the GIL released on this thread (for the tests).
+    static RELEASES: Cell<u64> = const { Cell::new(0) };
+}
+
+/// Runs `f` (a pool call) with the GIL held by the caller (`_py`), marking this thread so
+/// that a device allocation inside it releases the GIL.
+pub fn holding_gil<R>(_py: Python<'_>, f: impl FnOnce() -> R) -> R {
+    struct Reset(bool);
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            HOLDING.with(|h| h.set(self.0));
+        }
+    }
+    let _reset = Reset(HOLDING.with(|h| h.replace(true)));
+    f()
+}
+
+/// How many device allocations this thread made with the GIL released by [`GilAllocator`].
+pub fn releases() -> u64 {
+    RELEASES.with(Cell::get)
+}
+
+/// A [`Device`] as the pool's allocator: its allocations run with the GIL released when
+/// the calling thread holds it through [`holding_gil`].
+#[derive(Clone, Debug)]
+pub struct GilAllocator {
+    /// The device allocated from.
+    pub device: Device,
+}
+
+impl GilAllocator {
+    fn run<R: Send>(&self, f: impl FnOnce(&Device) -> R + Send) -> R {
+        if !HOLDING.with(Cell::get) {
+            return f(&self.device);
+        }
+        RELEASES.with(|r| r.set(r.get().saturating_add(1)));
+        let device = &self.device;
+        // The thread holds the GIL (`holding_gil` was given a `Python` token on it), so
+        // attaching is a count increment, and `detach` releases it for the allocation.
+        // The mark is cleared for the detached call: should it reenter, it must not try
+        // to release a GIL it does not hold.
+        Python::attach(|py| {
+            py.detach(|| {
+                let was = HOLDING.with(|h| h.replace(false));
+                let r = f(device);
+                HOLDING.with(|h| h.set(was));
+                r
+            })
+        })
+    }
+}
+
+impl Allocator for GilAllocator {
+    type Memory = <Device as Allocator>::Memory;
+
+    fn allocate(&self, bytes: usize) -> Result<Self::Memory> {
+        self.run(|d| d.allocate(bytes))
+    }
+
+    fn allocate_immediate(&self, bytes: usize) -> Result<Self::Memory> {
+        self.run(|d| d.allocate_immediate(bytes))
+    }
+
+    fn memory_info(&self) -> Option<MemoryInfo> {
+        self.device.memory_info()
+    }
+}
