@@ -1,4 +1,5 @@
-// Copy-plan gather and scatter for gpubuf's OpenCL backend.
+// Copy-plan gather and scatter for gpubuf's OpenCL backend, the per-work-item shape run on
+// CPU devices (GPU and accelerator devices run kernels/opencl/plan_blocks.cl).
 //
 // The host prepends a prelude that defines:
 //   SRC_PARAMS(T)  ", __global T* s0, __global T* s1, ..." (one per source slot)
