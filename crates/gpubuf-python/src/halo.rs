@@ -301,31 +301,47 @@ pub(crate) fn device_for(np_module: &Bound<'_, PyAny>, backend: Option<&PyBacken
     )))
 }
 
-/// A quantity as an array on `device`: an `NDBuffer` as it is, a numpy array (or an
-/// object whose `.data` is one, or one with `__dlpack__`) adopted or uploaded. The second
-/// value is the numpy array to write an unpack back into when it was uploaded.
-pub(crate) fn quantity(
-    obj: &Bound<'_, PyAny>,
+/// What a quantity object is: a gpubuf array, or the numpy array it stands for.
+pub(crate) enum Source<'py> {
+    /// A `gpubuf.NDBuffer`'s array, used as it is.
+    Gpubuf(AnyArray),
+    /// A numpy array (the object itself, its `.data`, or `numpy.from_dlpack` of it).
+    Numpy(Bound<'py, PyUntypedArray>),
+}
+
+/// The array a quantity object stands for: an `NDBuffer`, a numpy array, an object whose
+/// `.data` is one (a pace `Quantity`), or one with `__dlpack__`.
+///
+/// # Errors
+/// `InvalidArgumentError` for any other object; what `numpy.from_dlpack` raises.
+pub(crate) fn source<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Source<'py>> {
+    if let Ok(nd) = obj.cast::<PyNDBuffer>() {
+        return Ok(Source::Gpubuf(nd.get().array.clone()));
+    }
+    if let Ok(a) = obj.cast::<PyUntypedArray>() {
+        return Ok(Source::Numpy(a.clone()));
+    }
+    if let Ok(a) = obj.getattr("data").and_then(|d| d.cast_into::<PyUntypedArray>().map_err(Into::into)) {
+        return Ok(Source::Numpy(a));
+    }
+    if obj.hasattr("__dlpack__")? {
+        let a = obj.py().import("numpy")?.call_method1("from_dlpack", (obj,))?;
+        return Ok(Source::Numpy(a.cast_into::<PyUntypedArray>()?));
+    }
+    Err(invalid("a quantity is a numpy array, an object with a .data array, or a gpubuf.NDBuffer"))
+}
+
+/// A numpy quantity as an array on `device`: adopted, or uploaded. The second value is
+/// the numpy array to write an unpack back into when it was uploaded.
+///
+/// # Errors
+/// `DTypeMismatchError` for another dtype than `dtype`; upload errors.
+pub(crate) fn numpy_quantity(
+    arr: &Bound<'_, PyUntypedArray>,
     device: &Device,
     dtype: DType,
 ) -> PyResult<(AnyArray, Option<Py<PyAny>>)> {
-    if let Ok(nd) = obj.cast::<PyNDBuffer>() {
-        return Ok((nd.get().array.clone(), None));
-    }
-    let py = obj.py();
-    let arr = if let Ok(a) = obj.cast::<PyUntypedArray>() {
-        a.clone()
-    } else if let Ok(a) =
-        obj.getattr("data").and_then(|d| d.cast_into::<PyUntypedArray>().map_err(Into::into))
-    {
-        a
-    } else if obj.hasattr("__dlpack__")? {
-        py.import("numpy")?.call_method1("from_dlpack", (obj,))?.cast_into::<PyUntypedArray>()?
-    } else {
-        return Err(invalid(
-            "a quantity is a numpy array, an object with a .data array, or a gpubuf.NDBuffer",
-        ));
-    };
+    let py = arr.py();
     // The expected dtype first: one comparison on the common path.
     let descr = arr.dtype();
     let same = numpy::PyArrayDescrMethods::is_equiv_to(&descr, &crate::dtype::numpy_dtype(py, dtype));
@@ -333,7 +349,7 @@ pub(crate) fn quantity(
     if got != dtype {
         return Err(crate::errors::to_py(gpubuf::Error::DTypeMismatch { expected: dtype, got }));
     }
-    if let Some(a) = adopt(&arr, dtype, device, false)? {
+    if let Some(a) = adopt(arr, dtype, device, false)? {
         return Ok((a, None));
     }
     let array = with_dtype!(dtype, T => {
@@ -343,7 +359,7 @@ pub(crate) fn quantity(
         let dev = device.clone();
         py.detach(move || NDBuffer::<Device, T>::from_ndarray(&dev, view)).py()?.wrap_any()
     });
-    Ok((array, Some(arr.into_any().unbind())))
+    Ok((array, Some(arr.clone().into_any().unbind())))
 }
 
 /// Wrapping into [`AnyArray`] as a method, for use inside `with_dtype!`.

@@ -6,7 +6,8 @@
 use crate::backend::PyBackend;
 use crate::dtype::{AnyArray, Wrap};
 use crate::errors::{invalid, IntoPy};
-use crate::halo::{buffer_array, check_disjoint, device_for, quantity, specs_of};
+use crate::halo::{buffer_array, device_for, specs_of};
+use crate::halo_args::{quantities, AdoptCache, Quantities};
 use crate::ndbuffer::PyNDBuffer;
 use gpubuf::{DType, Device, HaloDataTransformer, NDBuffer};
 use numpy::{PyUntypedArray, PyUntypedArrayMethods};
@@ -63,72 +64,16 @@ typed!(half::f16, F16);
 typed!(f32, F32);
 typed!(f64, F64);
 
-fn typed_list<T: Typed>(v: &[AnyArray]) -> PyResult<Vec<&NDBuffer<Device, T>>> {
-    v.iter()
-        .map(|a| {
+/// The typed arrays at indices `idx` of `v`.
+fn typed_list<'a, T: Typed>(v: &'a [AnyArray], idx: &[usize]) -> PyResult<Vec<&'a NDBuffer<Device, T>>> {
+    idx.iter()
+        .map(|&i| {
+            let a = v.get(i).ok_or_else(|| invalid("a quantity index is out of range"))?;
             T::typed(a).ok_or_else(|| {
                 crate::errors::to_py(gpubuf::Error::DTypeMismatch { expected: T::DTYPE, got: a.dtype() })
             })
         })
         .collect()
-}
-
-/// The quantities of one call: arrays on the transformer's device, and the numpy arrays
-/// that were uploaded (to write an unpack back into), each with its array.
-struct Quantities {
-    x: Vec<AnyArray>,
-    y: Option<Vec<AnyArray>>,
-    uploaded: Vec<(Py<PyAny>, AnyArray)>,
-}
-
-/// Converts the quantities; one numpy array passed several times (same data pointer,
-/// shape and strides) becomes one array. The same object passed again is found by
-/// identity first (the common case: one array per quantity, several edges each).
-fn quantities(
-    xs: &Bound<'_, PyAny>,
-    ys: Option<&Bound<'_, PyAny>>,
-    device: &Device,
-    dtype: DType,
-) -> PyResult<Quantities> {
-    type Key = (usize, Vec<usize>, Vec<isize>);
-    let mut seen: Vec<(Key, AnyArray)> = Vec::new();
-    let mut objects: Vec<(*mut pyo3::ffi::PyObject, AnyArray)> = Vec::new();
-    let mut uploaded = Vec::new();
-    let mut list = |l: &Bound<'_, PyAny>| -> PyResult<Vec<AnyArray>> {
-        let items: Vec<Bound<'_, PyAny>> =
-            l.extract().map_err(|_| invalid("quantities are a sequence of arrays, one per spec"))?;
-        let mut out = Vec::with_capacity(items.len());
-        for item in &items {
-            if let Some((_, hit)) = objects.iter().find(|(p, _)| *p == item.as_ptr()) {
-                out.push(hit.clone());
-                continue;
-            }
-            let key = match item.cast::<PyUntypedArray>() {
-                Ok(a) => Some((crate::adopt::data_ptr(a), a.shape().to_vec(), a.strides().to_vec())),
-                Err(_) => None,
-            };
-            if let Some(hit) = key.as_ref().and_then(|k| seen.iter().find(|(s, _)| s == k)) {
-                objects.push((item.as_ptr(), hit.1.clone()));
-                out.push(hit.1.clone());
-                continue;
-            }
-            let (array, back) = quantity(item, device, dtype)?;
-            objects.push((item.as_ptr(), array.clone()));
-            if let Some(k) = key {
-                seen.push((k, array.clone()));
-            }
-            if let Some(b) = back {
-                uploaded.push((b, array.clone()));
-            }
-            out.push(array);
-        }
-        Ok(out)
-    };
-    let x = list(xs)?;
-    let y = ys.map(&mut list).transpose()?;
-    let all: Vec<&AnyArray> = x.iter().chain(y.iter().flatten()).collect();
-    check_disjoint(&all)?;
-    Ok(Quantities { x, y, uploaded })
 }
 
 /// pace-util's ``HaloDataTransformer``: packs many halo regions (rotated, scalar or
@@ -142,9 +87,18 @@ pub struct PyHaloDataTransformer {
     dtype: DType,
     /// Arrays used by queued work, kept alive until `synchronize`.
     in_flight: Mutex<Vec<AnyArray>>,
+    /// The numpy arrays the last call adopted (`halo_args.rs`).
+    cache: Mutex<AdoptCache>,
 }
 
 impl PyHaloDataTransformer {
+    /// The quantities of a call, reusing the last call's adoptions (`halo_args.rs`).
+    fn quantities(&self, xs: &Bound<'_, PyAny>, ys: Option<&Bound<'_, PyAny>>) -> PyResult<Quantities> {
+        let mut cache =
+            self.cache.try_lock().ok_or_else(|| invalid("the transformer is in use on another thread"))?;
+        quantities(xs, ys, &self.device, self.dtype, &mut cache)
+    }
+
     /// Runs `f` on the transformer with the GIL released.
     fn run<R: Send>(
         &self,
@@ -158,16 +112,16 @@ impl PyHaloDataTransformer {
     }
 
     fn launch(&self, py: Python<'_>, q: &Quantities, pack: bool) -> PyResult<()> {
-        let (x, y) = (&q.x, q.y.as_deref());
+        let (a, x, y) = (&q.arrays, &q.x, q.y.as_deref());
         self.run(py, |t| {
             tdispatch!(t, t => {
-                let xs = typed_list(x)?;
-                let ys = y.map(typed_list).transpose()?;
+                let xs = typed_list(a, x)?;
+                let ys = y.map(|y| typed_list(a, y)).transpose()?;
                 let r = if pack { t.async_pack(&xs, ys.as_deref()) } else { t.async_unpack(&xs, ys.as_deref()) };
                 r.py()
             })
         })?;
-        self.in_flight.lock().extend(q.x.iter().chain(q.y.iter().flatten()).cloned());
+        self.in_flight.lock().extend(q.arrays.iter().cloned());
         Ok(())
     }
 
@@ -190,17 +144,17 @@ impl PyHaloDataTransformer {
         warm: bool,
         before: &mut (dyn FnMut() -> gpubuf::Result<()> + Send),
     ) -> PyResult<Vec<f64>> {
-        let q = quantities(xs, ys, &self.device, self.dtype)?;
+        let q = self.quantities(xs, ys)?;
         if !q.uploaded.is_empty() {
             return Err(invalid(
                 "time arrays the transformer uses in place: NDBuffers, or numpy arrays on the CPU",
             ));
         }
-        let (x, y) = (&q.x, q.y.as_deref());
+        let (a, x, y) = (&q.arrays, &q.x, q.y.as_deref());
         self.run(py, |t| {
             tdispatch!(t, t => {
-                let xs = typed_list(x)?;
-                let ys = y.map(typed_list).transpose()?;
+                let xs = typed_list(a, x)?;
+                let ys = y.map(|y| typed_list(a, y)).transpose()?;
                 let mut op = || -> gpubuf::Result<()> {
                     if unpack { t.async_unpack(&xs, ys.as_deref())? } else { t.async_pack(&xs, ys.as_deref())? }
                     t.synchronize()
@@ -263,6 +217,7 @@ impl PyHaloDataTransformer {
             device,
             dtype,
             in_flight: Mutex::new(Vec::new()),
+            cache: Mutex::new(AdoptCache::default()),
         })
     }
 
@@ -279,7 +234,7 @@ impl PyHaloDataTransformer {
         quantities_x: &Bound<'_, PyAny>,
         quantities_y: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
-        let q = quantities(quantities_x, quantities_y, &self.device, self.dtype)?;
+        let q = self.quantities(quantities_x, quantities_y)?;
         self.launch(py, &q, true)
     }
 
@@ -295,7 +250,7 @@ impl PyHaloDataTransformer {
         quantities_x: &Bound<'_, PyAny>,
         quantities_y: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
-        let q = quantities(quantities_x, quantities_y, &self.device, self.dtype)?;
+        let q = self.quantities(quantities_x, quantities_y)?;
         self.launch(py, &q, false)?;
         if q.uploaded.is_empty() {
             return Ok(());
@@ -369,10 +324,11 @@ impl PyHaloDataTransformer {
         Ok(tdispatch!(&*t, t => t.ready()))
     }
 
-    /// Waits for queued work and releases both buffers.
+    /// Waits for queued work and releases both buffers, and the arrays of the last call.
     fn finalize(&self, py: Python<'_>) -> PyResult<()> {
         self.run(py, |t| tdispatch!(t, t => t.finalize().py()))?;
         self.in_flight.lock().clear();
+        self.cache.lock().clear();
         Ok(())
     }
 

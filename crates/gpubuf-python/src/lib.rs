@@ -8,12 +8,15 @@
 //! [`backend`] (`Backend`, `backends()`), [`dtype`] (one array type for every element
 //! type), [`ndbuffer`] (`NDBuffer`), [`interop`] and [`dlpack`] (numpy and DLPack without
 //! copies), [`adopt`] (numpy memory adopted by the CPU backend without a copy), [`pool`]
-//! (`MemoryPool`, `PooledBuffer`), [`halo`] and [`halo_run`] (pace-util's halo API),
-//! [`cuda`] (the CUDA array interface), [`mod@bench`] (the benchmark's Rust-side loops). Later
+//! (`MemoryPool`, `PooledBuffer`) with [`gil`] (its allocator, which releases the GIL only
+//! while the device allocates), [`halo`], [`halo_args`] and [`halo_run`] (pace-util's halo
+//! API), [`cuda`] (the CUDA array interface), [`mod@bench`] (the benchmark's Rust-side
+//! loops). Later
 //! components (the bufferizer, the mirror) add a file and a line to the module function
 //! (`gpubuf_module`) below.
 //!
-//! Every call that copies or allocates releases the GIL; no Rust panic is raised from this
+//! Every call that copies or allocates from a device releases the GIL (a pool hit keeps
+//! it); no Rust panic is raised from this
 //! code on user input (PyO3 turns one into `pyo3_runtime.PanicException` should it happen).
 //! The Python-facing documentation is `docs/python.md` and the stub
 //! `python/gpubuf/_gpubuf.pyi`.
@@ -27,6 +30,7 @@ pub mod dtype;
 pub mod errors;
 pub mod gil;
 pub mod halo;
+pub mod halo_args;
 pub mod halo_run;
 pub mod interop;
 pub mod ndbuffer;

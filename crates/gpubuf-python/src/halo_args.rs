@@ -1,0 +1,168 @@
+//! The quantities of one `async_pack`/`async_unpack` call as arrays on the transformer's
+//! device, and the cache that spares a halo exchange, called again and again with the same
+//! numpy arrays, their adoption on every call.
+//!
+//! A call names one array per spec, and the same array for several specs (pace: one
+//! quantity, four edges), so the arrays are kept once each (`Quantities::arrays`) and the
+//! specs refer to them by index. A numpy array adopted in place on the CPU is remembered
+//! (`AdoptCache`) with what its adoption was checked against: its data pointer, shape,
+//! byte strides, dtype object and writeable flag. The next call reuses the adoption when
+//! the same array object comes back with all of them unchanged, and adopts it afresh
+//! otherwise. The cache holds a reference to each array (so an object's address cannot be
+//! taken by another object meanwhile) until a call without it, or `finalize()`.
+
+use crate::adopt::{data_ptr, writeable};
+use crate::dtype::AnyArray;
+use crate::errors::invalid;
+use crate::halo::{check_disjoint, numpy_quantity, source, Source};
+use gpubuf::{DType, Device};
+use numpy::{PyUntypedArray, PyUntypedArrayMethods};
+use pyo3::prelude::*;
+
+/// A numpy array adopted by an earlier call, and what the adoption was checked against.
+pub(crate) struct Adopted {
+    obj: Py<PyUntypedArray>,
+    descr: Py<PyAny>,
+    data: usize,
+    shape: Vec<usize>,
+    strides: Vec<isize>,
+    array: AnyArray,
+}
+
+impl Adopted {
+    /// Whether `arr` is this entry's array object, unchanged since its adoption.
+    fn matches(&self, arr: &Bound<'_, PyUntypedArray>) -> bool {
+        self.obj.as_ptr() == arr.as_ptr()
+            && data_ptr(arr) == self.data
+            && writeable(arr)
+            && arr.dtype().as_ptr() == self.descr.as_ptr()
+            && arr.shape() == self.shape.as_slice()
+            && arr.strides() == self.strides.as_slice()
+    }
+}
+
+/// The adopted numpy arrays of the last call (see the module docs).
+#[derive(Default)]
+pub(crate) struct AdoptCache {
+    entries: Vec<Adopted>,
+}
+
+impl AdoptCache {
+    /// Forgets every array.
+    pub(crate) fn clear(&mut self) {
+        self.entries.clear();
+    }
+}
+
+/// The quantities of one call: each distinct array once, the specs' arrays as indices
+/// into them, and the numpy arrays that were uploaded (to write an unpack back into).
+pub(crate) struct Quantities {
+    /// The distinct arrays, on the transformer's device.
+    pub(crate) arrays: Vec<AnyArray>,
+    /// The array of each x spec.
+    pub(crate) x: Vec<usize>,
+    /// The array of each y spec.
+    pub(crate) y: Option<Vec<usize>>,
+    /// Uploaded numpy arrays and their device copies.
+    pub(crate) uploaded: Vec<(Py<PyAny>, AnyArray)>,
+}
+
+/// Converts the quantities; one numpy array passed several times (the same object, or
+/// objects with the same data pointer, shape and strides) becomes one array. Adoptions of
+/// the last call are reused from `cache`, which then holds this call's.
+///
+/// # Errors
+/// `InvalidArgumentError` for a list that is not a sequence of quantities or two handles of
+/// overlapping memory; as [`numpy_quantity`] for each array.
+pub(crate) fn quantities<'py>(
+    xs: &Bound<'py, PyAny>,
+    ys: Option<&Bound<'py, PyAny>>,
+    device: &Device,
+    dtype: DType,
+    cache: &mut AdoptCache,
+) -> PyResult<Quantities> {
+    type Key = (usize, Vec<usize>, Vec<isize>);
+    let mut arrays: Vec<AnyArray> = Vec::new();
+    let mut seen: Vec<(Key, usize)> = Vec::new();
+    // Every object met (items, and the numpy arrays they stand for) with its array: held
+    // for the whole call, so that no address is reused by another object meanwhile.
+    let mut objects: Vec<(Bound<'py, PyAny>, usize)> = Vec::new();
+    let mut uploaded = Vec::new();
+    let mut kept: Vec<Adopted> = Vec::new();
+    let mut list = |l: &Bound<'py, PyAny>| -> PyResult<Vec<usize>> {
+        let items: Vec<Bound<'py, PyAny>> =
+            l.extract().map_err(|_| invalid("quantities are a sequence of arrays, one per spec"))?;
+        let mut out = Vec::with_capacity(items.len());
+        for item in items {
+            let known = |p: *mut pyo3::ffi::PyObject, objects: &[(Bound<'py, PyAny>, usize)]| {
+                objects.iter().find(|(o, _)| o.as_ptr() == p).map(|&(_, i)| i)
+            };
+            if let Some(i) = known(item.as_ptr(), &objects) {
+                out.push(i);
+                continue;
+            }
+            let arr = match source(&item)? {
+                Source::Gpubuf(a) => {
+                    objects.push((item, arrays.len()));
+                    out.push(arrays.len());
+                    arrays.push(a);
+                    continue;
+                }
+                Source::Numpy(arr) => arr,
+            };
+            let i = match known(arr.as_ptr(), &objects) {
+                Some(i) => i,
+                None => {
+                    let key = (data_ptr(&arr), arr.shape().to_vec(), arr.strides().to_vec());
+                    let i = match seen.iter().find(|(k, _)| *k == key) {
+                        Some(&(_, i)) => i,
+                        None => {
+                            let array = match cache.entries.iter().position(|e| e.matches(&arr)) {
+                                Some(pos) => {
+                                    let e = cache.entries.swap_remove(pos);
+                                    let a = e.array.clone();
+                                    kept.push(e);
+                                    a
+                                }
+                                None => {
+                                    let (array, back) = numpy_quantity(&arr, device, dtype)?;
+                                    match back {
+                                        Some(b) => uploaded.push((b, array.clone())),
+                                        None => kept.push(Adopted {
+                                            obj: arr.clone().unbind(),
+                                            descr: arr.dtype().into_any().unbind(),
+                                            data: key.0,
+                                            shape: key.1.clone(),
+                                            strides: key.2.clone(),
+                                            array: array.clone(),
+                                        }),
+                                    }
+                                    array
+                                }
+                            };
+                            seen.push((key, arrays.len()));
+                            arrays.push(array);
+                            arrays.len() - 1
+                        }
+                    };
+                    objects.push((arr.into_any(), i));
+                    i
+                }
+            };
+            objects.push((item, i));
+            out.push(i);
+        }
+        Ok(out)
+    };
+    let x = list(xs);
+    let y = match (&x, ys) {
+        (Ok(_), Some(ys)) => Some(list(ys)).transpose(),
+        _ => Ok(None),
+    };
+    // What this call adopted replaces the cache, also when the call fails below.
+    cache.entries = kept;
+    let (x, y) = (x?, y?);
+    let all: Vec<&AnyArray> = arrays.iter().collect();
+    check_disjoint(&all)?;
+    Ok(Quantities { arrays, x, y, uploaded })
+}
