@@ -173,26 +173,36 @@ fn byte_strides_of(elems: &[isize], item: usize) -> PyResult<Vec<isize>> {
         .collect()
 }
 
+/// The device address of element `[0, ..., 0]` of an array on the CUDA backend.
+///
+/// # Errors
+/// `AttributeError` on other backends (so `hasattr` is False for the interface there);
+/// `InvalidArgumentError` when the offset overflows.
+pub fn device_address(a: &AnyArray) -> PyResult<u64> {
+    let no = || {
+        PyAttributeError::new_err(format!(
+            "the array is on the {} backend, not CUDA",
+            a.device().kind().name()
+        ))
+    };
+    crate::dtype::dispatch!(a, nd => {
+        let cuda = nd.buffer().memory().as_cuda().ok_or_else(no)?;
+        let skip = nd.layout().offset().checked_mul(nd.dtype().size()).and_then(|o| o.checked_add(nd.buffer().offset()));
+        let skip = skip.and_then(|o| u64::try_from(o).ok()).ok_or_else(|| invalid("the array's offset overflows"))?;
+        cuda.device_ptr().checked_add(skip).ok_or_else(|| invalid("the array's address overflows"))
+    })
+}
+
 /// `__cuda_array_interface__` of an array: on the CUDA backend its device pointer and
 /// the backend's default stream.
 ///
 /// # Errors
 /// `AttributeError` on other backends (so `hasattr` is False there).
 pub fn export<'py>(py: Python<'py>, a: &AnyArray) -> PyResult<Bound<'py, PyDict>> {
-    let no = || {
-        PyAttributeError::new_err(format!(
-            "__cuda_array_interface__: the array is on the {} backend, not CUDA",
-            a.device().kind().name()
-        ))
-    };
-    let (ptr, stream) = crate::dtype::dispatch!(a, nd => {
-        let memory = nd.buffer().memory();
-        let cuda = memory.as_cuda().ok_or_else(no)?;
-        let stream = nd.backend().as_cuda().ok_or_else(no)?;
-        let skip = nd.layout().offset().checked_mul(nd.dtype().size()).and_then(|o| o.checked_add(nd.buffer().offset()));
-        let skip = skip.and_then(|o| u64::try_from(o).ok()).ok_or_else(|| invalid("the array's offset overflows"))?;
-        let ptr = cuda.device_ptr().checked_add(skip).ok_or_else(|| invalid("the array's address overflows"))?;
-        (ptr, gpubuf::Backend::default_stream(stream).raw() as usize as u64)
+    let ptr = device_address(a)?;
+    let stream = crate::dtype::dispatch!(a, nd => {
+        let cuda = nd.backend().as_cuda().ok_or_else(|| PyAttributeError::new_err("the array's backend is not CUDA"))?;
+        gpubuf::Backend::default_stream(cuda).raw() as usize as u64
     });
     interface_dict(py, a.shape(), &byte_strides(a)?, a.dtype(), ptr, Some(stream))
 }
@@ -246,13 +256,29 @@ pub fn import(py: Python<'_>, obj: &Bound<'_, PyAny>, backend: Option<&PyBackend
             unsafe { cuda.adopt_ptr(base, len, guard) }
         })
         .py()?;
+    adopted_array(&device, buffer, f.dtype, f.shape, f.strides, f.offset)
+}
+
+/// The array of `dtype`, `shape`, element `strides` and element `offset` over a buffer the
+/// CUDA backend of `device` adopted.
+///
+/// # Errors
+/// `InvalidArgumentError` for a layout outside the buffer.
+pub(crate) fn adopted_array(
+    device: &Device,
+    buffer: gpubuf::Buffer<gpubuf::cuda::CudaBackend>,
+    dtype: DType,
+    shape: Vec<usize>,
+    strides: Vec<isize>,
+    offset: usize,
+) -> PyResult<PyNDBuffer> {
     let memory = std::sync::Arc::clone(buffer.memory());
     drop(buffer);
     let memory = std::sync::Arc::try_unwrap(memory)
         .map_err(|_| invalid("the adopted CUDA memory is shared (not expected)"))?;
-    let buffer = gpubuf::Buffer::from_memory(&device, gpubuf::device::Memory::Cuda(memory));
-    let layout = Layout::new(f.shape, f.strides, f.offset).py()?;
-    let array = with_dtype!(f.dtype, T => {
+    let buffer = gpubuf::Buffer::from_memory(device, gpubuf::device::Memory::Cuda(memory));
+    let layout = Layout::new(shape, strides, offset).py()?;
+    let array = with_dtype!(dtype, T => {
         NDBuffer::<Device, T>::from_buffer_layout(buffer, layout).map(T::wrap).py()?
     });
     Ok(PyNDBuffer { array })

@@ -7,7 +7,7 @@
 //! One file per concern: [`errors`] (gpubuf's errors as Python exception classes),
 //! [`backend`] (`Backend`, `backends()`), [`dtype`] (one array type for every element
 //! type), [`ndbuffer`] (`NDBuffer`), [`interop`] and [`dlpack`] (numpy and DLPack without
-//! copies), [`adopt`] (numpy memory adopted by the CPU backend without a copy), [`pool`]
+//! copies, with [`dlpack_tensor`], DLPack's structs, and [`dlpack_cuda`], its CUDA half), [`adopt`] (numpy memory adopted by the CPU backend without a copy), [`pool`]
 //! (`MemoryPool`, `PooledBuffer`) with [`gil`] (its allocator, which releases the GIL only
 //! while the device allocates), [`halo`], [`halo_args`] and [`halo_run`] (pace-util's halo
 //! API), [`cuda`] (the CUDA array interface), [`mod@bench`] (the benchmark's Rust-side
@@ -26,6 +26,8 @@ pub mod backend;
 pub mod bench;
 pub mod cuda;
 pub mod dlpack;
+pub mod dlpack_cuda;
+pub mod dlpack_tensor;
 pub mod dtype;
 pub mod errors;
 pub mod gil;
@@ -49,6 +51,9 @@ fn gpubuf_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(backend::available_backends, m)?)?;
     m.add_class::<ndbuffer::PyNDBuffer>()?;
     m.add_function(wrap_pyfunction!(dlpack::from_dlpack, m)?)?;
+    m.add_function(wrap_pyfunction!(dlpack::_dlpack_capsule, m)?)?;
+    m.add_function(wrap_pyfunction!(dlpack::_read_dlpack_capsule, m)?)?;
+    m.add_function(wrap_pyfunction!(dlpack::_dlpack_consumer_stream, m)?)?;
     m.add_class::<pool::PyMemoryPool>()?;
     m.add_class::<pool::PyPooledBuffer>()?;
     m.add_function(wrap_pyfunction!(pool::_pool_gil_releases, m)?)?;

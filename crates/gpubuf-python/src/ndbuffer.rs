@@ -257,8 +257,14 @@ impl PyNDBuffer {
         crate::cuda::import(py, obj, backend)
     }
 
-    /// DLPack export (CPU backend): a capsule that shares this array's memory.
-    /// Raises ``BufferError`` on backends it cannot express.
+    /// DLPack export (CPU and CUDA backends): a capsule that shares this array's memory.
+    /// On CUDA, ``stream`` is the consumer's stream, made to wait for gpubuf's queued work
+    /// (None: the legacy default stream, 1 legacy, 2 per-thread, -1 no synchronisation,
+    /// above: a ``CUstream`` pointer); on the CPU it must be None.
+    ///
+    /// Raises ``BufferError`` on backends it cannot express, for another ``dl_device``,
+    /// ``copy=True`` or a stream on the CPU; ``InvalidArgumentError`` for stream 0 or a
+    /// value that is no stream.
     #[pyo3(signature = (*, stream = None, max_version = None, dl_device = None, copy = None))]
     fn __dlpack__<'py>(
         &self,
@@ -268,12 +274,12 @@ impl PyNDBuffer {
         dl_device: Option<&Bound<'py, PyAny>>,
         copy: Option<bool>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let _ = (stream, max_version);
-        crate::dlpack::export(py, &self.array, dl_device, copy)
+        let _ = max_version;
+        crate::dlpack::export(py, &self.array, stream, dl_device, copy)
     }
 
-    /// The DLPack device: ``(1, 0)`` (CPU) on the CPU backend.
-    /// Raises ``BufferError`` on backends DLPack export does not cover.
+    /// The DLPack device: ``(1, 0)`` (kDLCPU) on the CPU backend, ``(2, ordinal)``
+    /// (kDLCUDA) on CUDA. Raises ``BufferError`` on backends DLPack export does not cover.
     fn __dlpack_device__(&self) -> PyResult<(i32, i32)> {
         crate::dlpack::device(&self.array)
     }

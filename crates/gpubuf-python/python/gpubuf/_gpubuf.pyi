@@ -144,8 +144,12 @@ class NDBuffer:
         dl_device: Optional[Tuple[int, int]] = None,
         copy: Optional[bool] = None,
     ) -> Any:
-        """A DLPack capsule sharing the memory (CPU backend; BufferError elsewhere)."""
-    def __dlpack_device__(self) -> Tuple[int, int]: ...
+        """A DLPack capsule sharing the memory (CPU and CUDA backends; BufferError elsewhere).
+        On CUDA ``stream`` is the consumer's stream, made to wait for gpubuf's queued work
+        (None: legacy default stream, 1 legacy, 2 per-thread, -1 no synchronisation, above:
+        a ``CUstream``; 0 raises InvalidArgumentError); on the CPU only None."""
+    def __dlpack_device__(self) -> Tuple[int, int]:
+        """``(1, 0)`` on the CPU backend, ``(2, ordinal)`` on CUDA; BufferError elsewhere."""
     @property
     def __cuda_array_interface__(self) -> Dict[str, Any]:
         """The CUDA array interface, version 3 (CUDA backend only; AttributeError elsewhere):
@@ -158,8 +162,12 @@ class NDBuffer:
     def __len__(self) -> int: ...
 
 def from_dlpack(obj: Any, backend: Optional[Backend] = None) -> NDBuffer:
-    """Any host object with ``__dlpack__`` on ``backend``: shared on the CPU where ``NDBuffer.from_numpy`` would share it, else a copy.
-    An object with ``__cuda_array_interface__`` (``backend`` None or CUDA) is adopted without a copy."""
+    """Any object with ``__dlpack__`` on ``backend``. Host memory: shared on the CPU where
+    ``NDBuffer.from_numpy`` would share it, else a copy. CUDA memory (kDLCUDA): adopted without
+    a copy by a CUDA backend of the same device (default: the default CUDA device), the capsule
+    taken and its deleter run when the last view is gone; InvalidArgumentError for another
+    backend. An object without ``__dlpack__`` but with ``__cuda_array_interface__``
+    (``backend`` None or CUDA) is adopted without a copy."""
 
 # Private: the pure halves of the CUDA array interface, for tests.
 def _cuda_array_interface(
@@ -168,6 +176,18 @@ def _cuda_array_interface(
 def _parse_cuda_array_interface(
     dict: Dict[str, Any],
 ) -> Tuple[str, List[int], int, int, List[int], int, Optional[int]]: ...
+
+# Private: the pure halves of DLPack, for tests.
+def _dlpack_capsule(
+    shape: Sequence[int],
+    strides: Sequence[int],
+    dtype: _DType,
+    ptr: int,
+    device: Tuple[int, int],
+    keep: Any = None,
+) -> Any: ...
+def _read_dlpack_capsule(capsule: Any) -> Tuple[Tuple[int, int], str, List[int], List[int], int]: ...
+def _dlpack_consumer_stream(device_type: int, stream: Any = None) -> Optional[int]: ...
 
 class ImmediateAllocator:
     """Pool memory exists when ``allocate`` returns."""
@@ -340,3 +360,4 @@ def _halo_times(
     evictor: Optional[_Evictor] = None,
 ) -> List[float]: ...
 def _pool_hit_ns(pool: MemoryPool, size: int, iters: int) -> float: ...
+def _pool_gil_releases() -> int: ...
