@@ -7,15 +7,15 @@
 //! placeholder. A plan with more sources than the device's slots is split by source into
 //! the fewest launches that fit.
 //!
-//! Two kernel shapes (see [`crate::shape`]): runs of elements per work-item on CPU devices,
-//! blocks per work-group on GPUs. A prepared plan keeps the program, and so the shape, it
-//! was prepared with.
+//! Three kernel shapes (see [`crate::shape`]): runs of elements per work-item on CPU devices,
+//! blocks per work-group on GPUs, and, when asked for, units of rows per work-item. A
+//! prepared plan keeps the program, and so the shape, it was prepared with.
 
 use crate::backend::{ClStream, OpenClBackend};
 use crate::error::maybe_oom;
 use crate::memory::ClMemory;
 use crate::shape::{chunk_from, kernel_from, prelude, PlanKernel, BLOCK_ELEMS, BLOCK_THREADS, KERNEL_ENV};
-use crate::shape::{CHUNK_ENV, MAX_SLOTS};
+use crate::shape::{CHUNK_ENV, MAX_SLOTS, ROW_UNIT};
 use gpubuf_core::encode::{encode, encode_blocks, BlockShape};
 use gpubuf_core::{
     check_plan_args, check_scatter_args, BackendKind, CopyPlan, DType, Error, Kernels, MemRef, PreparedPlan,
@@ -38,6 +38,9 @@ pub const PLAN_SOURCE: &str = include_str!("../../../kernels/opencl/plan.cl");
 /// The block-shaped kernel source, from `kernels/opencl/plan_blocks.cl`.
 pub const PLAN_BLOCKS_SOURCE: &str = include_str!("../../../kernels/opencl/plan_blocks.cl");
 
+/// The row-walking kernel source, from `kernels/opencl/plan_rows.cl`.
+pub const PLAN_ROWS_SOURCE: &str = include_str!("../../../kernels/opencl/plan_rows.cl");
+
 /// Programs by slot count and shape.
 #[derive(Default)]
 pub(crate) struct ProgramCache {
@@ -49,7 +52,7 @@ pub(crate) struct ClProgram {
     /// The program's shape: its plans are encoded and launched for it.
     kernel: PlanKernel,
     /// Buffer elements per work-item the program was built with (its `CHUNK`, 1 for
-    /// blocks): launches size their grid by it, whatever the environment says later.
+    /// blocks and rows): launches size their grid by it, whatever the environment says later.
     chunk: usize,
     // Kernels by width index (1, 2, 4, 8 bytes). A kernel's arguments are set and the
     // launch enqueued under its lock: clSetKernelArg is not thread-safe per kernel.
@@ -97,7 +100,7 @@ impl OpenClBackend {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] naming [`KERNEL_ENV`] when it is set to anything but
-    /// `blocks` or `items` (and no shape was given to the handle); a plan preparation then
+    /// `blocks`, `items` or `rows` (and no shape was given to the handle); a plan preparation then
     /// fails with this error.
     pub fn plan_kernel(&self) -> Result<PlanKernel> {
         if let Some(k) = self.plan_kernel {
@@ -131,6 +134,7 @@ impl OpenClBackend {
                 }
                 (1, PLAN_BLOCKS_SOURCE)
             }
+            PlanKernel::Rows => (1, PLAN_ROWS_SOURCE),
         };
         let src = format!("{}{}", prelude(slots, chunk), body);
         let program = self.build_program(&src)?;
@@ -212,9 +216,11 @@ struct Part {
     sources: Vec<usize>,
     program: Arc<ClProgram>,
     segs: ClMemory,
-    /// Prefix sums of the segment lengths (items) or block counts (blocks).
+    /// Prefix sums of the segment lengths (items) or block counts (blocks), or the unit
+    /// table (rows).
     index: ClMemory,
     nseg: i32,
+    /// Elements moved (items) or units (rows); unused by blocks.
     total: i64,
     /// Global work size of one launch (a multiple of the work-group for blocks).
     global: usize,
@@ -255,6 +261,11 @@ impl Kernels for OpenClBackend {
                     let enc = encode_blocks(&sub, BlockShape::new(BLOCK_ELEMS));
                     let global = enc.blocks().checked_mul(BLOCK_THREADS).ok_or_else(too_big)?;
                     (enc.nseg(), enc.segments, enc.groups, enc.total, global)
+                }
+                PlanKernel::Rows => {
+                    let enc = crate::rows::encode_rows(&sub, ROW_UNIT)?;
+                    let units = enc.nunits();
+                    (enc.nseg(), enc.segments, enc.units, units, units)
                 }
             };
             parts.push(Part {
@@ -342,9 +353,10 @@ impl OpenClBackend {
                 continue;
             }
             let blocks = part.program.kernel == PlanKernel::Blocks;
-            // SAFETY: argument types match the kernels' signatures: plan.cl takes (long*,
-            // long*, int, long, int, T*, long, long*, T* x slots), plan_blocks.cl the same
-            // without the `long total`; every cl_mem is a live buffer of this context.
+            // SAFETY: argument types match the kernels' signatures: plan.cl and plan_rows.cl
+            // take (long*, long*, int, long, int, T*, long, long*, T* x slots),
+            // plan_blocks.cl the same without the `long`; every cl_mem is a live buffer of
+            // this context.
             unsafe {
                 let mut at = 0u32;
                 let mut next = || {
@@ -370,7 +382,8 @@ impl OpenClBackend {
             let local = [BLOCK_THREADS];
             let local = if blocks { local.as_ptr() } else { ptr::null() };
             // SAFETY: all arguments are set; the work size covers `total` items (items:
-            // the kernel returns early for the rounding surplus) or one work-group of
+            // the kernel returns early for the rounding surplus), one work-item per unit
+            // (rows, the work-group size left to the runtime), or one work-group of
             // BLOCK_THREADS per block (blocks: `global` is that product, `local` points to
             // one size, alive for the call).
             let ev = unsafe {

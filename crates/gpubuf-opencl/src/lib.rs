@@ -4,7 +4,8 @@
 //! panicking when no runtime or device exists. Copy plans run as one kernel launch, built
 //! once per context, slot count and shape: `kernels/opencl/plan_blocks.cl` (a work-group
 //! per block) on GPU and accelerator devices, `kernels/opencl/plan.cl` (a run of elements
-//! per work-item) on CPU devices; [`shape`] says how one is chosen.
+//! per work-item) on CPU devices, `kernels/opencl/plan_rows.cl` (units of rows per
+//! work-item) when asked for; [`shape`] says how one is chosen.
 //!
 //! ```
 //! use gpubuf_core::{Allocator, Backend};
@@ -31,15 +32,16 @@ pub mod interop;
 mod kernels;
 mod memory;
 mod program;
+mod rows;
 pub mod shape;
 mod svm;
 
 pub use backend::{ClEvent, ClStream, OpenClBackend};
 pub use device::{devices, runtime_available, ClDeviceEntry, DEVICE_ENV};
-pub use kernels::{ClPlan, PLAN_BLOCKS_SOURCE, PLAN_SOURCE};
+pub use kernels::{ClPlan, PLAN_BLOCKS_SOURCE, PLAN_ROWS_SOURCE, PLAN_SOURCE};
 pub use memory::ClMemory;
 /// The opencl3 crate gpubuf's handles are typed with (the same version).
 pub use opencl3;
 pub use program::{ClArg, UserKernel, UserProgram};
-pub use shape::{prelude, PlanKernel, CHUNK_ENV, KERNEL_ENV, MAX_CHUNK, MAX_SLOTS};
+pub use shape::{prelude, PlanKernel, CHUNK_ENV, KERNEL_ENV, MAX_CHUNK, MAX_SLOTS, ROW_UNIT};
 pub use svm::{SvmAllocator, SvmMemory};

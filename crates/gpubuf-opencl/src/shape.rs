@@ -1,4 +1,4 @@
-//! The two shapes of the OpenCL plan kernels and the settings that pick one.
+//! The three shapes of the OpenCL plan kernels and the settings that pick one.
 //!
 //! - [`PlanKernel::Items`] (`kernels/opencl/plan.cl`): each work-item moves a run of
 //!   [`CHUNK_ENV`] consecutive buffer elements, finding its segment by binary search and
@@ -10,15 +10,27 @@
 //!   the segment found once per block, four independent coalesced moves per work-item,
 //!   16-byte moves where a block is one aligned row of stride 1 on both sides. The right
 //!   shape for GPUs; the same algorithm as the CUDA backend's kernel.
+//! - [`PlanKernel::Rows`] (`kernels/opencl/plan_rows.cl`): the CPU backend's row walk for
+//!   CPU devices. At `prepare` each segment is normalised as the CPU executor does (axes
+//!   reordered so the array is walked in memory order, outer axes of negative array
+//!   stride walked forwards with the buffer taking the reversal, axes dense on both sides
+//!   folded into longer rows) and cut into units of whole rows of about [`ROW_UNIT`]
+//!   elements (a column range of one row when a row alone is longer), one work-item each.
+//!   A work-item decomposes its first row once and steps row by row; a row of stride 1 on
+//!   both sides is a plain copy loop the device compiler vectorises, a reversed row a
+//!   reversed loop, others a strided loop, and rows of a transpose (array stride 1, the
+//!   buffer's consecutive rows adjacent) move 16 rows at a time, column by column. Chosen
+//!   only when asked for.
 //!
 //! A backend uses, in order: the shape given to [`crate::OpenClBackend::with_plan_kernel`];
 //! [`KERNEL_ENV`] when set; else by `CL_DEVICE_TYPE`, blocks on GPU and accelerator devices
-//! that allow work-groups of [`BLOCK_THREADS`], work-items elsewhere.
+//! that allow work-groups of [`BLOCK_THREADS`], items elsewhere.
 
 use gpubuf_core::{Error, Result};
 use std::fmt::Write as _;
 
-/// The environment variable that overrides the plan kernels' shape: `blocks` or `items`.
+/// The environment variable that overrides the plan kernels' shape: `blocks`, `items` or
+/// `rows`.
 pub const KERNEL_ENV: &str = "GPUBUF_CL_KERNEL";
 
 /// The environment variable that sets the buffer elements per work-item of the
@@ -40,6 +52,10 @@ pub const BLOCK_THREADS: usize = 256;
 /// plan_blocks.cl; its tiles are 32 x 32).
 pub const BLOCK_ELEMS: usize = 1024;
 
+/// Elements per work-item (a run of whole rows, or part of one longer row) of the
+/// [`PlanKernel::Rows`] kernel.
+pub const ROW_UNIT: usize = 32 * 1024;
+
 /// Elements per work-item on CPU devices when [`CHUNK_ENV`] is not set.
 pub(crate) const DEFAULT_CHUNK: usize = 64;
 
@@ -51,6 +67,9 @@ pub enum PlanKernel {
     Items,
     /// One work-group per block or tile (`plan_blocks.cl`): GPU and accelerator devices.
     Blocks,
+    /// Units of whole rows per work-item, walked in the array's memory order
+    /// (`plan_rows.cl`): the CPU backend's executor, for CPU devices.
+    Rows,
 }
 
 impl PlanKernel {
@@ -59,6 +78,7 @@ impl PlanKernel {
         match self {
             PlanKernel::Items => "items",
             PlanKernel::Blocks => "blocks",
+            PlanKernel::Rows => "rows",
         }
     }
 }
@@ -69,15 +89,16 @@ impl std::fmt::Display for PlanKernel {
     }
 }
 
-/// The shape [`KERNEL_ENV`] asks for: `None` when unset or empty, else `blocks` or `items`
-/// (case and surrounding spaces ignored).
+/// The shape [`KERNEL_ENV`] asks for: `None` when unset or empty, else `blocks`, `items` or
+/// `rows` (case and surrounding spaces ignored).
 pub(crate) fn kernel_from(value: Option<&str>) -> Result<Option<PlanKernel>> {
     let Some(v) = value else { return Ok(None) };
     match v.trim().to_ascii_lowercase().as_str() {
         "" => Ok(None),
         "blocks" => Ok(Some(PlanKernel::Blocks)),
         "items" => Ok(Some(PlanKernel::Items)),
-        _ => Err(Error::invalid(format!("{KERNEL_ENV}={v:?}: expected blocks or items"))),
+        "rows" => Ok(Some(PlanKernel::Rows)),
+        _ => Err(Error::invalid(format!("{KERNEL_ENV}={v:?}: expected blocks, items or rows"))),
     }
 }
 
@@ -93,7 +114,7 @@ pub(crate) fn chunk_from(value: Option<&str>) -> Result<usize> {
 }
 
 /// The prelude defining `CHUNK`, `SRC_PARAMS` and `SRC_PICK` for `slots` source slots
-/// (both kernel shapes take it; the block kernel ignores `CHUNK`). Arguments outside what a
+/// (every kernel shape takes it; only the items kernel uses `CHUNK`). Arguments outside what a
 /// program can be built with are clamped: `slots` to `1..=MAX_SLOTS`, `chunk` to
 /// `1..=MAX_CHUNK`.
 pub fn prelude(slots: usize, chunk: usize) -> String {
@@ -138,12 +159,14 @@ mod tests {
         assert_eq!(kernel_from(Some(" ")).unwrap(), None);
         assert_eq!(kernel_from(Some("blocks")).unwrap(), Some(PlanKernel::Blocks));
         assert_eq!(kernel_from(Some(" Items ")).unwrap(), Some(PlanKernel::Items));
-        for bad in ["block", "item", "gpu", "1", "blocks,items"] {
+        assert_eq!(kernel_from(Some("ROWS")).unwrap(), Some(PlanKernel::Rows));
+        for bad in ["block", "item", "row", "gpu", "1", "blocks,items"] {
             match kernel_from(Some(bad)) {
                 Err(Error::InvalidArgument(m)) => assert!(m.contains(KERNEL_ENV), "{m}"),
                 other => panic!("{bad:?} gave {other:?}"),
             }
         }
         assert_eq!(PlanKernel::Blocks.to_string(), "blocks");
+        assert_eq!(PlanKernel::Rows.to_string(), "rows");
     }
 }

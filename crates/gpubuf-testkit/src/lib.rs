@@ -13,10 +13,11 @@
 //! # fn main() {}
 //! ```
 //!
-//! This makes tests `zeros_are_zero::cpu`, `zeros_are_zero::opencl` and
-//! `zeros_are_zero::opencl_blocks` (with the `opencl` feature; the second runs the OpenCL
-//! device with its plan kernels forced to the block shape, which GPUs use by default, so
-//! both shapes run on every OpenCL device) and `zeros_are_zero::cuda` (with `cuda`). A backend whose runtime or device is
+//! This makes tests `zeros_are_zero::cpu`, `zeros_are_zero::opencl`,
+//! `zeros_are_zero::opencl_blocks` and `zeros_are_zero::opencl_rows` (with the `opencl`
+//! feature; the last two run the OpenCL device with its plan kernels forced to the block
+//! shape, which GPUs use by default, and to the row shape, so every shape runs on every
+//! OpenCL device) and `zeros_are_zero::cuda` (with `cuda`). A backend whose runtime or device is
 //! missing is skipped with its reason on stderr, unless its name is listed in the
 //! `GPUBUF_REQUIRE` environment variable (`cpu,opencl`), in which case the test fails:
 //! `cargo xtask test-all` sets it for every backend it reports as run.
@@ -80,11 +81,11 @@ pub fn opencl_blocks() -> Option<gpubuf::opencl::OpenClBackend> {
     opencl().map(|b| b.with_plan_kernel(gpubuf::opencl::PlanKernel::Blocks))
 }
 
-/// Whether [`opencl`] already runs the block shape (a GPU device, or `GPUBUF_CL_KERNEL`),
-/// so [`opencl_blocks`] would repeat it.
+/// The shared OpenCL backend with its plan kernels forced to the row shape, on the same
+/// context as [`opencl`], if available.
 #[cfg(feature = "opencl")]
-fn opencl_is_blocks(b: &gpubuf::opencl::OpenClBackend) -> bool {
-    matches!(b.plan_kernel(), Ok(gpubuf::opencl::PlanKernel::Blocks))
+pub fn opencl_rows() -> Option<gpubuf::opencl::OpenClBackend> {
+    opencl().map(|b| b.with_plan_kernel(gpubuf::opencl::PlanKernel::Rows))
 }
 
 /// The shared CUDA backend of this test binary, if available.
@@ -117,6 +118,14 @@ pub fn run_opencl(f: impl FnOnce(&gpubuf::opencl::OpenClBackend) -> Result<()>) 
 #[cfg(feature = "opencl")]
 pub fn run_opencl_blocks(f: impl FnOnce(&gpubuf::opencl::OpenClBackend) -> Result<()>) {
     if let Some(b) = opencl_blocks() {
+        check(BackendKind::OpenCl, f(&b));
+    }
+}
+
+/// Runs `f` on OpenCL with the row-walking plan kernels, or skips.
+#[cfg(feature = "opencl")]
+pub fn run_opencl_rows(f: impl FnOnce(&gpubuf::opencl::OpenClBackend) -> Result<()>) {
+    if let Some(b) = opencl_rows() {
         check(BackendKind::OpenCl, f(&b));
     }
 }
@@ -155,7 +164,7 @@ macro_rules! __on_cuda {
 }
 
 /// Makes a module per body with one `#[test]` per compiled backend (`cpu`, `opencl`,
-/// `opencl_blocks`, `cuda`). Each body is `fn name<B: gpubuf::Kernels>(b: &B) -> gpubuf::Result<()>`.
+/// `opencl_blocks`, `opencl_rows`, `cuda`). Each body is `fn name<B: gpubuf::Kernels>(b: &B) -> gpubuf::Result<()>`.
 #[macro_export]
 macro_rules! backend_tests {
     ($($name:ident),+ $(,)?) => {
@@ -173,6 +182,10 @@ macro_rules! backend_tests {
                     #[test]
                     fn opencl_blocks() {
                         $crate::run_opencl_blocks(|b| super::$name(b));
+                    }
+                    #[test]
+                    fn opencl_rows() {
+                        $crate::run_opencl_rows(|b| super::$name(b));
                     }
                 }
                 $crate::__on_cuda! {
@@ -240,8 +253,9 @@ pub fn cross_backend_ready() -> bool {
 }
 
 /// Runs `body` on every available backend; returns `(backend, output)` pairs, CPU first.
-/// OpenCL runs twice when its device uses the per-work-item plan kernels (CPU devices):
-/// once as it is and once with the block-shaped kernels forced (`opencl_blocks()`).
+/// OpenCL runs once as it is and then once with each other plan kernel shape of
+/// blocks and rows forced (`opencl_blocks()`, `opencl_rows()`): three runs on CPU devices,
+/// two on GPUs.
 ///
 /// # Errors
 /// The first error a backend returns.
@@ -251,11 +265,11 @@ pub fn on_every_backend<E: EachBackend>(body: &E) -> Result<Vec<(BackendKind, E:
     #[cfg(feature = "opencl")]
     if let Some(b) = opencl() {
         out.push((BackendKind::OpenCl, body.run(&b)?));
-        if !opencl_is_blocks(&b) {
-            out.push((
-                BackendKind::OpenCl,
-                body.run(&b.with_plan_kernel(gpubuf::opencl::PlanKernel::Blocks))?,
-            ));
+        for kernel in [gpubuf::opencl::PlanKernel::Blocks, gpubuf::opencl::PlanKernel::Rows] {
+            // The handle's own shape already ran (an unusable setting fails in its run).
+            if b.plan_kernel().ok() != Some(kernel) {
+                out.push((BackendKind::OpenCl, body.run(&b.with_plan_kernel(kernel))?));
+            }
         }
     }
     #[cfg(feature = "cuda")]

@@ -2,7 +2,10 @@
 //! OpenCL with the block shape forced): long rows of stride +1 (16-byte moves where both
 //! ends are aligned, element moves where not), reversed rows, transposed segments in tiles
 //! with partial edge tiles, rows longer and shorter than a block, many short segments,
-//! every element width, negation, and arrays and buffers at odd element offsets. Each
+//! every element width, negation, and arrays and buffers at odd element offsets; and every
+//! path of the row-walking plan kernel (OpenCL with the row shape forced): unit
+//! boundaries inside a segment and inside a row, reversed outer axes, reversed and
+//! strided rows, transposed rows in tiles cut by a unit's end and by a carry. Each
 //! backend's gather and scatter is compared with the host reference.
 
 use gpubuf::{CopyPlan, DType, Kernels, MemRef, Result, Segment};
@@ -57,7 +60,7 @@ impl EachBackend for Placed<'_> {
     }
 }
 
-/// Checks every backend (OpenCL in both kernel shapes) against the host reference.
+/// Checks every backend (OpenCL in every kernel shape) against the host reference.
 fn check(case: &PlanCase, lead: usize) {
     let results = on_every_backend(&Placed { case, lead }).unwrap();
     let initial = bytes(case.plan.buffer_len() * case.dtype.size(), 5);
@@ -175,6 +178,88 @@ fn many_short_segments() {
     }
 }
 
+/// Elements per unit of the row kernel.
+const UNIT: usize = 32 * 1024;
+
+#[test]
+fn row_units_inside_segments_and_rows() {
+    #[cfg(feature = "opencl")]
+    assert_eq!(gpubuf::opencl::ROW_UNIT, UNIT);
+    for dtype in [DType::U8, DType::I32, DType::F32, DType::I64] {
+        let segs = vec![
+            // Rows of 1000 of 1200: units of 32 rows, the last one short.
+            (0, vec![(70, 1200), (1000, 1)], true),
+            // One row longer than two units: column ranges, the last one short.
+            (1, vec![(2 * UNIT + 7, 1)], false),
+            // The same reversed, negated; and strided.
+            (1, vec![(UNIT + 5, -1)], true),
+            (0, vec![(UNIT + 3, 2)], false),
+        ];
+        check(&case(dtype, 2, 3, &segs), 1);
+    }
+}
+
+#[test]
+fn row_walks_reversed_outer_axes() {
+    for dtype in WIDTHS {
+        let segs = vec![
+            // Reversed outer axes walk forwards; the buffer takes the reversal.
+            (0, vec![(4, -3000), (3, -50), (40, 1)], true),
+            (0, vec![(6, -40), (40, 1)], false),
+            // Fully flipped dense box: reversed rows; a 4-d box of mixed signs.
+            (1, vec![(6, -40), (40, -1)], true),
+            (1, vec![(3, -700), (5, 140), (7, -20), (11, -1)], false),
+            // Axes given innermost-first in the array: reordered to memory order.
+            (2, vec![(9, 1), (5, -9), (4, 45)], true),
+        ];
+        for lead in [0, 1] {
+            check(&case(dtype, 3, 1, &segs), lead);
+        }
+    }
+}
+
+#[test]
+fn row_tiles_with_partial_edges() {
+    for dtype in [DType::U8, DType::F16, DType::U32, DType::F64] {
+        let segs = vec![
+            // Transposed rows of 50 (array stride 1), 3 x 410 rows: units of 640 rows end
+            // and start inside a run of 410, so tiles are cut by a unit's end and by a carry.
+            (0, vec![(3, 20500), (50, 1), (410, 50)], true),
+            // A transpose whose rows are longer than a unit: one row per unit.
+            (1, vec![(UNIT + 9, 1), (3, UNIT as isize + 9)], false),
+            // Small transposes: fewer rows than a tile, and one of 17 rows.
+            (0, vec![(5, 1), (3, 5)], true),
+            (1, vec![(6, -1), (17, 6)], false),
+        ];
+        check(&case(dtype, 2, 1, &segs), 3);
+    }
+}
+
+#[test]
+fn many_tiny_segments_in_every_mode() {
+    for dtype in [DType::U8, DType::I64, DType::F32] {
+        let segs: Vec<Spec> = (0..1500)
+            .map(|i| {
+                let dims = match i % 6 {
+                    0 => vec![(1, 1)],
+                    1 => vec![(2, -1)],
+                    2 => vec![(2, 1), (3, 2)],
+                    3 => vec![(3, 3)],
+                    4 => vec![(2, -4), (2, 1)],
+                    _ => vec![(1 + i % 5, 1)],
+                };
+                (i % 4, dims, i % 3 == 0)
+            })
+            .collect();
+        check(&case(dtype, 4, i_gap(dtype), &segs), 1);
+    }
+}
+
+/// An odd gap for one dtype, none for others.
+fn i_gap(dtype: DType) -> usize {
+    usize::from(dtype.size() != 8)
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 24, failure_persistence: None, ..ProptestConfig::default() })]
 
@@ -186,7 +271,7 @@ proptest! {
     }
 }
 
-/// `GPUBUF_CL_KERNEL` picks the shape (`blocks`, `items`, any case), anything else is a
+/// `GPUBUF_CL_KERNEL` picks the shape (`blocks`, `items`, `rows`, any case), anything else is a
 /// typed error when a plan is prepared, and a shape given to the handle wins over it. Runs
 /// in a child process so the variable cannot reach other tests.
 #[cfg(feature = "opencl")]
@@ -195,7 +280,7 @@ fn opencl_kernel_setting_is_checked() {
     if gpubuf_testkit::opencl().is_none() {
         return;
     }
-    for value in ["blocks", " Items ", "block", "gpu"] {
+    for value in ["blocks", " Items ", "ROWS", "block", "gpu"] {
         let out = std::process::Command::new(std::env::current_exe().unwrap())
             .args(["--exact", "opencl_kernel_child", "--ignored", "--nocapture", "--test-threads=1"])
             .env(gpubuf::opencl::KERNEL_ENV, value)
@@ -220,6 +305,7 @@ fn opencl_kernel_child() {
     let want = match value.trim().to_ascii_lowercase().as_str() {
         "blocks" => Some(PlanKernel::Blocks),
         "items" => Some(PlanKernel::Items),
+        "rows" => Some(PlanKernel::Rows),
         _ => None,
     };
     match (want, cl.plan_kernel(), cl.prepare(&plan.plan, DType::I32)) {
@@ -230,7 +316,7 @@ fn opencl_kernel_child() {
         (w, k, p) => panic!("{value:?}: wanted {w:?}, got {k:?} and {:?}", p.map(|_| "a plan")),
     }
     // A shape given to the handle wins over the variable, and its plans run.
-    for kernel in [PlanKernel::Blocks, PlanKernel::Items] {
+    for kernel in [PlanKernel::Blocks, PlanKernel::Items, PlanKernel::Rows] {
         let forced = cl.with_plan_kernel(kernel);
         assert_eq!(forced.plan_kernel().unwrap(), kernel);
         let (packed, _) = Placed { case: &plan, lead: 1 }.run(&forced).unwrap();
