@@ -171,8 +171,8 @@ impl RowJob {
     }
 
     /// Rows (the three outer extents' product, at most the segment's length).
-    fn rows(&self) -> i64 {
-        self.ext[0] * self.ext[1] * self.ext[2]
+    fn rows(&self) -> Result<i64> {
+        self.ext[0].checked_mul(self.ext[1]).and_then(|r| r.checked_mul(self.ext[2])).ok_or_else(too_big)
     }
 }
 
@@ -197,7 +197,7 @@ pub(crate) fn encode_rows(plan: &CopyPlan, unit: usize) -> Result<RowPlan> {
         segments.extend(j.sb);
         segments.extend([i64::from(j.negate), mode as i64]);
         let k = word(k)?;
-        let (rows, n) = (j.rows(), j.ext[3]);
+        let (rows, n) = (j.rows()?, j.ext[3]);
         let mut push = |r: i64, nr: i64, c: i64, nc: i64| -> Result<()> {
             units
                 .try_reserve(UNIT_WORDS)
