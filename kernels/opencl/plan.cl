@@ -1,5 +1,6 @@
-// Copy-plan gather and scatter for gpubuf's OpenCL backend, the per-work-item shape run on
-// CPU devices (GPU and accelerator devices run kernels/opencl/plan_blocks.cl).
+// Copy-plan gather and scatter for gpubuf's OpenCL backend, the per-work-item shape, run
+// when asked for (GPUBUF_CL_KERNEL=items or PlanKernel::Items; CPU devices run
+// kernels/opencl/plan_rows.cl, GPU and accelerator devices kernels/opencl/plan_blocks.cl).
 //
 // The host prepends a prelude that defines:
 //   SRC_PARAMS(T)  ", __global T* s0, __global T* s1, ..." (one per source slot)

@@ -1,7 +1,8 @@
 // Copy-plan gather and scatter walking rows, for OpenCL CPU devices: the CPU backend's
-// executor (crates/gpubuf-cpu/src/kernels.rs, rows.rs) as one kernel launch. Chosen with
-// GPUBUF_CL_KERNEL=rows or PlanKernel::Rows; kernels/opencl/plan.cl and plan_blocks.cl
-// are the other shapes.
+// executor (crates/gpubuf-cpu/src/kernels.rs, rows.rs) as one kernel launch, in
+// work-groups of one work-item. The default on CPU devices (GPUBUF_CL_KERNEL=rows or
+// PlanKernel::Rows elsewhere); kernels/opencl/plan.cl and plan_blocks.cl are the other
+// shapes.
 //
 // The host prepends the prelude of plan.cl (SRC_PARAMS, SRC_PICK; CHUNK is unused here)
 // and encodes the plan (crates/gpubuf-opencl/src/rows.rs):

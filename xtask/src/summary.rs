@@ -61,8 +61,9 @@ pub struct Counts {
     pub ignored: usize,
 }
 
-/// Counts `test NAME ... ok` lines per backend: names ending in `::opencl` / `::cuda`
-/// are that backend's; everything else (CPU bodies, unit, doc and cross-backend tests)
+/// Counts `test NAME ... ok` lines per backend: names ending in `::opencl` (or
+/// `::opencl_blocks` / `::opencl_items`, a plan kernel shape forced) / `::cuda` are that
+/// backend's; everything else (CPU bodies, unit, doc and cross-backend tests)
 /// counts for the CPU.
 pub fn count(lines: &[String]) -> Counts {
     let mut c = Counts { per: BTreeMap::from([("cpu", 0), ("opencl", 0), ("cuda", 0)]), ..Counts::default() };
@@ -72,7 +73,8 @@ pub fn count(lines: &[String]) -> Counts {
         match result.trim() {
             "ok" => {
                 c.passed += 1;
-                let key = if name.ends_with("::opencl") {
+                let opencl = ["::opencl", "::opencl_blocks", "::opencl_items"];
+                let key = if opencl.iter().any(|s| name.ends_with(s)) {
                     "opencl"
                 } else if name.ends_with("::cuda") {
                     "cuda"
@@ -102,5 +104,15 @@ mod tests {
         t.tests("build", &Counts::default(), false);
         assert_eq!((t.passed, t.failed), (1, 3));
         assert_eq!(c.per["opencl"], 0);
+    }
+
+    #[test]
+    fn forced_opencl_shapes_count_for_opencl() {
+        let lines: Vec<String> = ["a::opencl", "a::opencl_blocks", "a::opencl_items", "a::cpu", "opencl_x"]
+            .iter()
+            .map(|n| format!("test {n} ... ok"))
+            .collect();
+        let c = count(&lines);
+        assert_eq!((c.per["opencl"], c.per["cpu"]), (3, 2));
     }
 }

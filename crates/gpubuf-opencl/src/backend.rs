@@ -149,6 +149,12 @@ impl OpenClBackend {
         OpenClBackend { inner: self.inner.clone(), plan_kernel: Some(kernel) }
     }
 
+    /// Whether `CL_DEVICE_TYPE` says GPU or accelerator (the device types whose default
+    /// plan kernel shape is [`PlanKernel::Blocks`]; CPU devices get [`PlanKernel::Rows`]).
+    pub fn is_gpu(&self) -> bool {
+        self.inner.is_gpu
+    }
+
     /// The platform and device this handle uses.
     pub fn entry(&self) -> &ClDeviceEntry {
         &self.inner.entry

@@ -14,10 +14,10 @@
 //! ```
 //!
 //! This makes tests `zeros_are_zero::cpu`, `zeros_are_zero::opencl`,
-//! `zeros_are_zero::opencl_blocks` and `zeros_are_zero::opencl_rows` (with the `opencl`
+//! `zeros_are_zero::opencl_blocks` and `zeros_are_zero::opencl_items` (with the `opencl`
 //! feature; the last two run the OpenCL device with its plan kernels forced to the block
-//! shape, which GPUs use by default, and to the row shape, so every shape runs on every
-//! OpenCL device) and `zeros_are_zero::cuda` (with `cuda`). A backend whose runtime or device is
+//! shape, which GPUs use by default, and to the per-work-item shape, so each shape runs on
+//! every OpenCL device; the row shape is the default on CPU devices) and `zeros_are_zero::cuda` (with `cuda`). A backend whose runtime or device is
 //! missing is skipped with its reason on stderr, unless its name is listed in the
 //! `GPUBUF_REQUIRE` environment variable (`cpu,opencl`), in which case the test fails:
 //! `cargo xtask test-all` sets it for every backend it reports as run.
@@ -81,11 +81,11 @@ pub fn opencl_blocks() -> Option<gpubuf::opencl::OpenClBackend> {
     opencl().map(|b| b.with_plan_kernel(gpubuf::opencl::PlanKernel::Blocks))
 }
 
-/// The shared OpenCL backend with its plan kernels forced to the row shape, on the same
-/// context as [`opencl`], if available.
+/// The shared OpenCL backend with its plan kernels forced to the per-work-item shape, on
+/// the same context as [`opencl`], if available.
 #[cfg(feature = "opencl")]
-pub fn opencl_rows() -> Option<gpubuf::opencl::OpenClBackend> {
-    opencl().map(|b| b.with_plan_kernel(gpubuf::opencl::PlanKernel::Rows))
+pub fn opencl_items() -> Option<gpubuf::opencl::OpenClBackend> {
+    opencl().map(|b| b.with_plan_kernel(gpubuf::opencl::PlanKernel::Items))
 }
 
 /// The shared CUDA backend of this test binary, if available.
@@ -122,10 +122,10 @@ pub fn run_opencl_blocks(f: impl FnOnce(&gpubuf::opencl::OpenClBackend) -> Resul
     }
 }
 
-/// Runs `f` on OpenCL with the row-walking plan kernels, or skips.
+/// Runs `f` on OpenCL with the per-work-item plan kernels, or skips.
 #[cfg(feature = "opencl")]
-pub fn run_opencl_rows(f: impl FnOnce(&gpubuf::opencl::OpenClBackend) -> Result<()>) {
-    if let Some(b) = opencl_rows() {
+pub fn run_opencl_items(f: impl FnOnce(&gpubuf::opencl::OpenClBackend) -> Result<()>) {
+    if let Some(b) = opencl_items() {
         check(BackendKind::OpenCl, f(&b));
     }
 }
@@ -164,7 +164,7 @@ macro_rules! __on_cuda {
 }
 
 /// Makes a module per body with one `#[test]` per compiled backend (`cpu`, `opencl`,
-/// `opencl_blocks`, `opencl_rows`, `cuda`). Each body is `fn name<B: gpubuf::Kernels>(b: &B) -> gpubuf::Result<()>`.
+/// `opencl_blocks`, `opencl_items`, `cuda`). Each body is `fn name<B: gpubuf::Kernels>(b: &B) -> gpubuf::Result<()>`.
 #[macro_export]
 macro_rules! backend_tests {
     ($($name:ident),+ $(,)?) => {
@@ -184,8 +184,8 @@ macro_rules! backend_tests {
                         $crate::run_opencl_blocks(|b| super::$name(b));
                     }
                     #[test]
-                    fn opencl_rows() {
-                        $crate::run_opencl_rows(|b| super::$name(b));
+                    fn opencl_items() {
+                        $crate::run_opencl_items(|b| super::$name(b));
                     }
                 }
                 $crate::__on_cuda! {
@@ -253,9 +253,8 @@ pub fn cross_backend_ready() -> bool {
 }
 
 /// Runs `body` on every available backend; returns `(backend, output)` pairs, CPU first.
-/// OpenCL runs once as it is and then once with each other plan kernel shape of
-/// blocks and rows forced (`opencl_blocks()`, `opencl_rows()`): three runs on CPU devices,
-/// two on GPUs.
+/// OpenCL runs once as it is and then once with each other plan kernel shape forced
+/// (blocks, items, rows): three runs on every OpenCL device.
 ///
 /// # Errors
 /// The first error a backend returns.
@@ -265,7 +264,11 @@ pub fn on_every_backend<E: EachBackend>(body: &E) -> Result<Vec<(BackendKind, E:
     #[cfg(feature = "opencl")]
     if let Some(b) = opencl() {
         out.push((BackendKind::OpenCl, body.run(&b)?));
-        for kernel in [gpubuf::opencl::PlanKernel::Blocks, gpubuf::opencl::PlanKernel::Rows] {
+        for kernel in [
+            gpubuf::opencl::PlanKernel::Blocks,
+            gpubuf::opencl::PlanKernel::Items,
+            gpubuf::opencl::PlanKernel::Rows,
+        ] {
             // The handle's own shape already ran (an unusable setting fails in its run).
             if b.plan_kernel().ok() != Some(kernel) {
                 out.push((BackendKind::OpenCl, body.run(&b.with_plan_kernel(kernel))?));

@@ -221,7 +221,9 @@ fn opencl_chunk_setting_is_checked() {
 fn opencl_chunk_child() {
     use gpubuf::{Allocator, Backend, DType, Kernels, MemRef};
     let value = std::env::var(gpubuf::opencl::CHUNK_ENV).unwrap_or_default();
-    let cl = gpubuf::opencl::OpenClBackend::new().unwrap();
+    // The chunk is the per-work-item shape's setting (CPU devices default to rows).
+    let cl =
+        gpubuf::opencl::OpenClBackend::new().unwrap().with_plan_kernel(gpubuf::opencl::PlanKernel::Items);
     let seg = Segment::new(0, 3, &[(4, -1)], 0).unwrap();
     let plan = CopyPlan::new(vec![4], 4, vec![seg]).unwrap();
     let valid = value.parse::<usize>().is_ok_and(|c| (1..=gpubuf::opencl::MAX_CHUNK).contains(&c));

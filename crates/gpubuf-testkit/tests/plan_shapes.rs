@@ -292,6 +292,20 @@ fn opencl_kernel_setting_is_checked() {
     }
 }
 
+/// Without a setting, the shape follows the device type: blocks on GPUs and accelerators,
+/// rows on CPU devices (PoCL here).
+#[cfg(feature = "opencl")]
+#[test]
+fn opencl_default_shape_follows_the_device_type() {
+    use gpubuf::opencl::{PlanKernel, KERNEL_ENV};
+    if std::env::var_os(KERNEL_ENV).is_some() {
+        return;
+    }
+    let Some(cl) = gpubuf_testkit::opencl() else { return };
+    let want = if cl.is_gpu() { PlanKernel::Blocks } else { PlanKernel::Rows };
+    assert_eq!(cl.plan_kernel().unwrap(), want, "{}", cl.entry().info.name);
+}
+
 /// The child of [`opencl_kernel_setting_is_checked`].
 #[cfg(feature = "opencl")]
 #[test]
