@@ -24,6 +24,7 @@
 pub mod adopt;
 pub mod backend;
 pub mod bench;
+pub mod bufferizer;
 pub mod cuda;
 pub mod dlpack;
 pub mod dlpack_cuda;
@@ -50,6 +51,7 @@ fn gpubuf_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(backend::backends, m)?)?;
     m.add_function(wrap_pyfunction!(backend::available_backends, m)?)?;
     m.add_class::<ndbuffer::PyNDBuffer>()?;
+    m.add_class::<bufferizer::PyBufferizer>()?;
     m.add_function(wrap_pyfunction!(dlpack::from_dlpack, m)?)?;
     m.add_function(wrap_pyfunction!(dlpack::_dlpack_capsule, m)?)?;
     m.add_function(wrap_pyfunction!(dlpack::_read_dlpack_capsule, m)?)?;

@@ -1,5 +1,5 @@
 """gpubuf: a GPU-memory toolkit (device-memory pool, n-d buffers with numpy, DLPack and
-CUDA array interface interop, pace-util's halo transformer) on CPU, OpenCL and CUDA.
+CUDA array interface interop, pace-util's halo transformer, dolphin's bufferizer) on CPU, OpenCL and CUDA.
 
 The classes and functions live in the native module ``gpubuf._gpubuf`` and are
 re-exported here, so ``gpubuf.NDBuffer`` and ``gpubuf.MemoryPool`` are what they were.
@@ -10,6 +10,7 @@ from ._gpubuf import (
     Backend,
     BackendUnavailableError,
     BuildError,
+    Bufferizer,
     CapacityError,
     DeferredAllocator,
     DeviceMismatchError,
@@ -39,6 +40,7 @@ __all__ = [
     "Backend",
     "BackendUnavailableError",
     "BuildError",
+    "Bufferizer",
     "CapacityError",
     "DeferredAllocator",
     "DeviceMismatchError",

@@ -1,7 +1,7 @@
 """Type stubs of the native module ``gpubuf._gpubuf``, re-exported by ``gpubuf`` (see docs/python.md)."""
 
 from types import TracebackType
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Type, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Type, Union
 
 import numpy as np
 import numpy.typing as npt
@@ -160,6 +160,72 @@ class NDBuffer:
         """The device memory of an object with ``__cuda_array_interface__`` on ``backend``
         (default: the default CUDA device), without a copy; keeps ``obj`` alive."""
     def __len__(self) -> int: ...
+
+_Hook = Optional[Callable[["Bufferizer"], Any]]
+
+class Bufferizer:
+    """dolphin's batch buffer: ``buffer_size`` elements of ``shape`` and ``dtype`` on
+    ``backend``, zeroed; all-or-nothing appends of numpy arrays, ``__dlpack__`` objects and
+    NDBuffers of its dtype; hooks called with the bufferizer after each operation."""
+
+    def __init__(
+        self,
+        shape: _Shape,
+        buffer_size: int,
+        dtype: _DType,
+        backend: Optional[Backend] = None,
+        *,
+        flush_hook: _Hook = None,
+        allocate_hook: _Hook = None,
+        append_one_hook: _Hook = None,
+        append_multiple_hook: _Hook = None,
+        buffer_full_hook: _Hook = None,
+    ) -> None: ...
+    def append_one(self, element: Any) -> None:
+        """One element of ``element_shape``; then append_one_hook, buffer_full_hook when full."""
+    def append_multiple(self, elements: Any) -> None:
+        """A batch ``(n, *element_shape)`` or a list of elements, all or nothing; then
+        append_multiple_hook, buffer_full_hook when full."""
+    def append(self, element: Any) -> None:
+        """Dispatches on shape (one element or a batch) or takes a list, as dolphin."""
+    def flush(self, value: Any = None) -> None:
+        """Fills the whole buffer with ``value`` (default 0), empties it; then flush_hook."""
+    def allocate(self) -> None:
+        """A new zeroed buffer, empty; then allocate_hook and flush_hook."""
+    def clear(self) -> None:
+        """Empties the bufferizer without touching memory; no hook."""
+    def take_batch(self) -> NDBuffer:
+        """The whole buffer, handed over; later appends go to another buffer."""
+    def len(self) -> int: ...
+    def __len__(self) -> int: ...
+    @property
+    def buffer(self) -> NDBuffer:
+        """The whole buffer ``(buffer_size, *element_shape)``, sharing its memory."""
+    @property
+    def filled(self) -> NDBuffer:
+        """The appended elements, sharing the buffer's memory."""
+    @property
+    def full(self) -> bool: ...
+    @property
+    def buffer_size(self) -> int: ...
+    @property
+    def shape(self) -> Tuple[int, ...]: ...
+    @property
+    def element_shape(self) -> Tuple[int, ...]: ...
+    @property
+    def dtype(self) -> np.dtype: ...
+    @property
+    def element_nbytes(self) -> int:
+        """Bytes of one element."""
+    @property
+    def nbytes(self) -> int: ...
+    @property
+    def backend(self) -> Backend: ...
+    def flush_hook(self, hook: _Hook) -> None: ...
+    def allocate_hook(self, hook: _Hook) -> None: ...
+    def append_one_hook(self, hook: _Hook) -> None: ...
+    def append_multiple_hook(self, hook: _Hook) -> None: ...
+    def buffer_full_hook(self, hook: _Hook) -> None: ...
 
 def from_dlpack(obj: Any, backend: Optional[Backend] = None) -> NDBuffer:
     """Any object with ``__dlpack__`` on ``backend``. Host memory: shared on the CPU where

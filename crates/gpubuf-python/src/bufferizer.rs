@@ -1,0 +1,557 @@
+//! `gpubuf.Bufferizer`: dolphin's `Bufferizer` over [`gpubuf::Bufferizer`] on any backend.
+//!
+//! The Rust bufferizer's hooks only record which events fired; the Python hooks run after
+//! the operation returned and the bufferizer was unlocked, in the recorded order, with the
+//! GIL held. So a hook may call the bufferizer again (flush it when full, as dolphin's users
+//! do), and an exception from a hook reaches the caller with the operation complete.
+
+use crate::backend::PyBackend;
+use crate::dtype::{numpy_dtype, parse_dtype, with_dtype, AnyArray, Wrap};
+use crate::errors::{invalid, to_py, IntoPy};
+use crate::ndbuffer::{device_of, shape_arg, PyNDBuffer};
+use gpubuf::bufferizer::Input;
+use gpubuf::{Backend, Bufferizer, DType, Device, Error, NDBuffer};
+use numpy::{PyArrayDyn, PyArrayMethods, PyUntypedArray, PyUntypedArrayMethods};
+use parking_lot::Mutex;
+use pyo3::prelude::*;
+use pyo3::types::{PyList, PyTuple};
+use pyo3::{PyTraverseError, PyVisit};
+use std::sync::Arc;
+
+/// The hooks, in the order of [`HOOK_NAMES`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Event {
+    Flush = 0,
+    Allocate = 1,
+    AppendOne = 2,
+    AppendMultiple = 3,
+    Full = 4,
+}
+
+/// dolphin's names of the hooks (constructor keywords and setter methods).
+const HOOK_NAMES: [&str; 5] =
+    ["flush_hook", "allocate_hook", "append_one_hook", "append_multiple_hook", "buffer_full_hook"];
+
+/// The events the Rust bufferizer fired during one operation.
+type Events = Arc<Mutex<Vec<Event>>>;
+
+/// A bufferizer of any element type.
+enum AnyBufferizer {
+    U8(Bufferizer<Device, u8>),
+    I32(Bufferizer<Device, i32>),
+    U32(Bufferizer<Device, u32>),
+    I64(Bufferizer<Device, i64>),
+    F16(Bufferizer<Device, half::f16>),
+    F32(Bufferizer<Device, f32>),
+    F64(Bufferizer<Device, f64>),
+}
+
+/// Runs `$body` with `$b` bound to the typed bufferizer `$a` holds.
+macro_rules! each {
+    ($a:expr, $b:ident => $body:expr) => {
+        match $a {
+            AnyBufferizer::U8($b) => $body,
+            AnyBufferizer::I32($b) => $body,
+            AnyBufferizer::U32($b) => $body,
+            AnyBufferizer::I64($b) => $body,
+            AnyBufferizer::F16($b) => $body,
+            AnyBufferizer::F32($b) => $body,
+            AnyBufferizer::F64($b) => $body,
+        }
+    };
+}
+
+/// The typed side of an element type: its bufferizer variant, its arrays, its flush value.
+trait Typed: Wrap + Sync {
+    fn wrap_b(b: Bufferizer<Device, Self>) -> AnyBufferizer;
+    fn of(a: &AnyArray) -> Option<&NDBuffer<Device, Self>>;
+    fn value(v: &Bound<'_, PyAny>) -> PyResult<Self>;
+    fn unwrap_mut(any: &mut AnyBufferizer) -> Option<&mut Bufferizer<Device, Self>>;
+}
+
+macro_rules! typed {
+    ($t:ty, $v:ident, $value:expr) => {
+        impl Typed for $t {
+            fn wrap_b(b: Bufferizer<Device, Self>) -> AnyBufferizer {
+                AnyBufferizer::$v(b)
+            }
+            fn of(a: &AnyArray) -> Option<&NDBuffer<Device, Self>> {
+                match a {
+                    AnyArray::$v(nd) => Some(nd),
+                    _ => None,
+                }
+            }
+            fn value(v: &Bound<'_, PyAny>) -> PyResult<Self> {
+                let f: fn(&Bound<'_, PyAny>) -> PyResult<Self> = $value;
+                f(v).map_err(|_| invalid(format!("flush value {v} is not a {}", stringify!($t))))
+            }
+            fn unwrap_mut(any: &mut AnyBufferizer) -> Option<&mut Bufferizer<Device, Self>> {
+                match any {
+                    AnyBufferizer::$v(b) => Some(b),
+                    _ => None,
+                }
+            }
+        }
+    };
+}
+typed!(u8, U8, |v| v.extract());
+typed!(i32, I32, |v| v.extract());
+typed!(u32, U32, |v| v.extract());
+typed!(i64, I64, |v| v.extract());
+typed!(half::f16, F16, |v| v.extract::<f64>().map(half::f16::from_f64));
+typed!(f32, F32, |v| v.extract::<f64>().map(|x| x as f32));
+typed!(f64, F64, |v| v.extract());
+
+/// One input, converted and held alive: a device array or a numpy array of host memory.
+enum Held<'py> {
+    Device(AnyArray),
+    Host(Bound<'py, PyUntypedArray>),
+}
+
+/// Which append to run.
+#[derive(Clone, Copy)]
+enum Op {
+    One,
+    Multiple,
+    List,
+    Auto,
+}
+
+/// A batch buffer like dolphin's ``Bufferizer``: ``buffer_size`` elements of ``shape`` and
+/// ``dtype`` on ``backend`` (default: a new CPU device), allocated once and zeroed.
+///
+/// Appends take numpy arrays, objects with ``__dlpack__`` and ``gpubuf.NDBuffer``s (on the
+/// bufferizer's backend, or on the CPU backend, which any bufferizer reads), of the
+/// bufferizer's dtype exactly (no casts). Every append is all-or-nothing: on an error
+/// (``CapacityError``, ``ShapeMismatchError``, ``DTypeMismatchError``, ...) nothing changed
+/// and no hook ran. Hooks are called with the bufferizer after the operation completed, in
+/// dolphin's order (``allocate``: allocate_hook, flush_hook; an append: its append hook, then
+/// buffer_full_hook when it filled the buffer). A hook may call the bufferizer; an exception
+/// from a hook propagates (the hooks after it do not run) and the bufferizer stays usable.
+#[pyclass(name = "Bufferizer", module = "gpubuf", frozen)]
+pub struct PyBufferizer {
+    inner: Mutex<AnyBufferizer>,
+    events: Events,
+    hooks: Mutex<[Option<Py<PyAny>>; 5]>,
+    device: Device,
+    dtype: DType,
+    element_shape: Vec<usize>,
+    capacity: usize,
+}
+
+impl PyBufferizer {
+    /// Runs `f` on the bufferizer with the GIL released, then the hooks it fired.
+    fn run<R: Send>(
+        slf: &Bound<'_, Self>,
+        f: impl FnOnce(&mut AnyBufferizer) -> gpubuf::Result<R> + Send,
+    ) -> PyResult<R> {
+        let this = slf.get();
+        let r = {
+            let mut b =
+                this.inner.try_lock().ok_or_else(|| invalid("the bufferizer is in use on another thread"))?;
+            let b = &mut *b;
+            let r = slf.py().detach(move || f(b));
+            // Events of a failed operation (none are recorded then) must not leak into the next.
+            r.py()?
+        };
+        Self::fire(slf)?;
+        Ok(r)
+    }
+
+    /// Calls the Python hooks of the events recorded so far, in order.
+    fn fire(slf: &Bound<'_, Self>) -> PyResult<()> {
+        let py = slf.py();
+        let fired = std::mem::take(&mut *slf.get().events.lock());
+        for e in fired {
+            let hook = slf.get().hooks.lock()[e as usize].as_ref().map(|h| h.clone_ref(py));
+            if let Some(hook) = hook {
+                hook.call1(py, (slf,))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// One append input, converted: see the class docstring.
+    fn held<'py>(&self, obj: &Bound<'py, PyAny>) -> PyResult<Held<'py>> {
+        let py = obj.py();
+        let np = py.import("numpy")?;
+        if let Ok(nd) = obj.cast::<PyNDBuffer>() {
+            let a = &nd.get().array;
+            let foreign_host =
+                crate::interop::host_address(a).is_some() && !self.device.same_device(a.device());
+            if !foreign_host {
+                return Ok(Held::Device(a.clone()));
+            }
+            return Ok(Held::Host(np.call_method1("asarray", (obj,))?.cast_into::<PyUntypedArray>()?));
+        }
+        if let Ok(a) = obj.cast::<PyUntypedArray>() {
+            return Ok(Held::Host(a.clone()));
+        }
+        if obj.hasattr("__dlpack__")? && obj.hasattr("__dlpack_device__")? {
+            let (kind, _): (i32, i32) = obj.call_method0("__dlpack_device__")?.extract()?;
+            if kind != 1 {
+                let backend = PyBackend::new(self.device.clone());
+                let nd = crate::dlpack::from_dlpack(py, obj, Some(&backend))?;
+                return Ok(Held::Device(nd.array));
+            }
+            let host = np.call_method1("from_dlpack", (obj,))?;
+            return Ok(Held::Host(host.cast_into::<PyUntypedArray>()?));
+        }
+        Ok(Held::Host(np.call_method1("asarray", (obj,))?.cast_into::<PyUntypedArray>()?))
+    }
+
+    /// Checks an input's dtype against the bufferizer's.
+    fn check_dtype(&self, h: &Held<'_>) -> PyResult<()> {
+        let got = match h {
+            Held::Device(a) => a.dtype(),
+            Held::Host(a) => crate::dtype::from_numpy_dtype(&a.dtype())?,
+        };
+        if got != self.dtype {
+            return Err(to_py(Error::DTypeMismatch { expected: self.dtype, got }));
+        }
+        Ok(())
+    }
+
+    /// Converts the inputs and runs one append.
+    fn append_op(slf: &Bound<'_, Self>, objs: &[Bound<'_, PyAny>], op: Op) -> PyResult<()> {
+        let this = slf.get();
+        let held = objs.iter().map(|o| this.held(o)).collect::<PyResult<Vec<_>>>()?;
+        for h in &held {
+            this.check_dtype(h)?;
+        }
+        with_dtype!(this.dtype, T => Self::append_typed::<T>(slf, &held, op))
+    }
+
+    fn append_typed<T: Typed>(slf: &Bound<'_, Self>, held: &[Held<'_>], op: Op) -> PyResult<()> {
+        let guards = held
+            .iter()
+            .map(|h| match h {
+                Held::Host(a) => {
+                    let typed = a.cast::<PyArrayDyn<T>>()?;
+                    typed.try_readonly().map(Some).map_err(|e| invalid(e.to_string()))
+                }
+                Held::Device(_) => Ok(None),
+            })
+            .collect::<PyResult<Vec<_>>>()?;
+        let mut inputs: Vec<Input<'_, Device, T>> = Vec::with_capacity(held.len());
+        for (h, g) in held.iter().zip(&guards) {
+            inputs.push(match (h, g) {
+                (_, Some(g)) => Input::Host(g.as_array()),
+                (Held::Device(a), None) => Input::Device(T::of(a).ok_or_else(|| invalid("dtype changed"))?),
+                (Held::Host(_), None) => return Err(invalid("a host input was not borrowed")),
+            });
+        }
+        Self::run(slf, move |any| {
+            let b = T::unwrap_mut(any).ok_or_else(|| Error::invalid("bufferizer dtype changed"))?;
+            match op {
+                Op::List => b.append_list(&inputs),
+                Op::One | Op::Multiple | Op::Auto => {
+                    let input = inputs.pop().ok_or_else(|| Error::invalid("no input"))?;
+                    match op {
+                        Op::One => b.append_one(input),
+                        Op::Multiple => b.append_multiple(input),
+                        _ => b.append(input),
+                    }
+                }
+            }
+        })
+    }
+}
+
+/// A bufferizer of `T` whose Rust hooks record their events in `events`.
+fn build<T: Typed>(
+    device: &Device,
+    shape: &[usize],
+    capacity: usize,
+    events: &Events,
+) -> gpubuf::Result<AnyBufferizer> {
+    let rec = |e: Event| {
+        let events = events.clone();
+        move |_: &Bufferizer<Device, T>| events.lock().push(e)
+    };
+    let b = Bufferizer::<Device, T>::builder(device, shape, capacity)
+        .on_flush(rec(Event::Flush))
+        .on_allocate(rec(Event::Allocate))
+        .on_append_one(rec(Event::AppendOne))
+        .on_append_multiple(rec(Event::AppendMultiple))
+        .on_full(rec(Event::Full))
+        .build()?;
+    Ok(T::wrap_b(b))
+}
+
+/// A hook argument: None or a callable.
+fn hook_arg(name: &str, hook: Option<Bound<'_, PyAny>>) -> PyResult<Option<Py<PyAny>>> {
+    match hook {
+        Some(h) if h.is_none() => Ok(None),
+        Some(h) if h.is_callable() => Ok(Some(h.unbind())),
+        Some(_) => Err(invalid(format!("{name} must be a callable or None"))),
+        None => Ok(None),
+    }
+}
+
+#[pymethods]
+impl PyBufferizer {
+    /// A bufferizer of ``buffer_size`` elements of ``shape`` (an int or a tuple) and
+    /// ``dtype`` on ``backend`` (default: a new CPU device), zeroed; the hooks as dolphin's
+    /// (none fires for this first allocation).
+    ///
+    /// Raises ``InvalidArgumentError`` for a zero or negative ``buffer_size``, a negative
+    /// extent, a size that overflows or a hook that is not callable; ``DTypeMismatchError``
+    /// for a dtype gpubuf has no type for; ``OutOfMemoryError``.
+    #[new]
+    #[pyo3(signature = (shape, buffer_size, dtype, backend = None, *, flush_hook = None, allocate_hook = None,
+        append_one_hook = None, append_multiple_hook = None, buffer_full_hook = None))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        shape: &Bound<'_, PyAny>,
+        buffer_size: &Bound<'_, PyAny>,
+        dtype: &Bound<'_, PyAny>,
+        backend: Option<&PyBackend>,
+        flush_hook: Option<Bound<'_, PyAny>>,
+        allocate_hook: Option<Bound<'_, PyAny>>,
+        append_one_hook: Option<Bound<'_, PyAny>>,
+        append_multiple_hook: Option<Bound<'_, PyAny>>,
+        buffer_full_hook: Option<Bound<'_, PyAny>>,
+    ) -> PyResult<Self> {
+        let element_shape = shape_arg(shape)?;
+        let capacity =
+            buffer_size.extract::<i128>().ok().and_then(|n| usize::try_from(n).ok()).ok_or_else(|| {
+                invalid(format!("buffer_size {buffer_size} is not a non-negative int that fits in memory"))
+            })?;
+        let dtype = parse_dtype(dtype)?;
+        let hooks = [
+            hook_arg(HOOK_NAMES[0], flush_hook)?,
+            hook_arg(HOOK_NAMES[1], allocate_hook)?,
+            hook_arg(HOOK_NAMES[2], append_one_hook)?,
+            hook_arg(HOOK_NAMES[3], append_multiple_hook)?,
+            hook_arg(HOOK_NAMES[4], buffer_full_hook)?,
+        ];
+        let device = device_of(backend);
+        let events = Events::default();
+        let (d, s, e) = (&device, &element_shape, &events);
+        let inner = py.detach(move || with_dtype!(dtype, T => build::<T>(d, s, capacity, e))).py()?;
+        Ok(PyBufferizer {
+            inner: Mutex::new(inner),
+            events,
+            hooks: Mutex::new(hooks),
+            device,
+            dtype,
+            element_shape,
+            capacity,
+        })
+    }
+
+    /// Appends one element of ``element_shape``; then append_one_hook, and
+    /// buffer_full_hook if the buffer became full.
+    ///
+    /// Raises ``CapacityError`` when full, ``ShapeMismatchError``, ``DTypeMismatchError``,
+    /// ``DeviceMismatchError``; nothing changes then.
+    fn append_one(slf: &Bound<'_, Self>, element: &Bound<'_, PyAny>) -> PyResult<()> {
+        Self::append_op(slf, std::slice::from_ref(element), Op::One)
+    }
+
+    /// Appends a batch ``(n, *element_shape)``, or a list of elements (all or nothing,
+    /// where dolphin appends a list one by one); then append_multiple_hook, and
+    /// buffer_full_hook if the buffer became full. An empty batch or list changes nothing
+    /// and runs no hook.
+    ///
+    /// Raises as ``append_one``; ``CapacityError`` when the elements do not all fit.
+    fn append_multiple(slf: &Bound<'_, Self>, elements: &Bound<'_, PyAny>) -> PyResult<()> {
+        if let Ok(list) = elements.cast::<PyList>() {
+            let items: Vec<_> = list.iter().collect();
+            return Self::append_op(slf, &items, Op::List);
+        }
+        Self::append_op(slf, std::slice::from_ref(elements), Op::Multiple)
+    }
+
+    /// dolphin's ``append``: an array of ``element_shape`` is ``append_one``, one of
+    /// ``(n, *element_shape)`` is ``append_multiple``, a list is ``append_multiple``.
+    ///
+    /// Raises ``ShapeMismatchError`` for any other shape; otherwise as the method it calls.
+    fn append(slf: &Bound<'_, Self>, element: &Bound<'_, PyAny>) -> PyResult<()> {
+        if element.cast::<PyList>().is_ok() {
+            return Self::append_multiple(slf, element);
+        }
+        Self::append_op(slf, std::slice::from_ref(element), Op::Auto)
+    }
+
+    /// Sets every element of the whole buffer to ``value`` (default 0), empties it, then
+    /// runs flush_hook.
+    ///
+    /// Raises ``InvalidArgumentError`` for a value the dtype cannot hold (nothing changes).
+    #[pyo3(signature = (value = None))]
+    fn flush(slf: &Bound<'_, Self>, value: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
+        let zero = 0_i64.into_pyobject(slf.py())?.into_any();
+        let value = value.unwrap_or(&zero);
+        with_dtype!(slf.get().dtype, T => {
+            let v = T::value(value)?;
+            Self::run(slf, move |any| {
+                T::unwrap_mut(any).ok_or_else(|| Error::invalid("bufferizer dtype changed"))?.flush(v)
+            })
+        })
+    }
+
+    /// Allocates a new zeroed buffer and empties the bufferizer; then allocate_hook and
+    /// flush_hook (dolphin's ``allocate`` ends with ``flush(0)``). Arrays handed out before
+    /// keep the old memory.
+    ///
+    /// Raises ``OutOfMemoryError`` (nothing changes then).
+    fn allocate(slf: &Bound<'_, Self>) -> PyResult<()> {
+        Self::run(slf, |any| each!(any, b => b.allocate()))
+    }
+
+    /// Empties the bufferizer without touching its memory; runs no hook.
+    fn clear(slf: &Bound<'_, Self>) -> PyResult<()> {
+        Self::run(slf, |any| {
+            each!(any, b => b.clear());
+            Ok(())
+        })
+    }
+
+    /// The whole buffer ``(buffer_size, *element_shape)`` as an ``NDBuffer`` sharing its
+    /// memory (dolphin's ``darray``): later appends show in it.
+    #[getter]
+    fn buffer(slf: &Bound<'_, Self>) -> PyResult<PyNDBuffer> {
+        let array = Self::run(slf, |any| each!(any, b => b.view().map(Wrap::wrap)))?;
+        Ok(PyNDBuffer { array })
+    }
+
+    /// The appended elements ``(len(self), *element_shape)`` as an ``NDBuffer`` sharing the
+    /// buffer's memory.
+    #[getter]
+    fn filled(slf: &Bound<'_, Self>) -> PyResult<PyNDBuffer> {
+        let array = Self::run(slf, |any| each!(any, b => b.filled().map(Wrap::wrap)))?;
+        Ok(PyNDBuffer { array })
+    }
+
+    /// Hands the whole buffer to the caller (double buffering): the returned ``NDBuffer``
+    /// keeps its memory, and appends go to another buffer (reused once every view of the
+    /// old one is gone). The bufferizer is empty afterwards; no hook runs.
+    ///
+    /// Raises ``OutOfMemoryError`` when a second buffer cannot be allocated (nothing changes).
+    fn take_batch(slf: &Bound<'_, Self>) -> PyResult<PyNDBuffer> {
+        let array = Self::run(slf, |any| each!(any, b => b.take_batch().map(Wrap::wrap)))?;
+        Ok(PyNDBuffer { array })
+    }
+
+    /// Elements appended since the last flush (as ``len(b)``).
+    fn len(slf: &Bound<'_, Self>) -> PyResult<usize> {
+        Self::run(slf, |any| Ok(each!(any, b => b.len())))
+    }
+
+    fn __len__(slf: &Bound<'_, Self>) -> PyResult<usize> {
+        Self::len(slf)
+    }
+
+    /// Whether the buffer holds ``buffer_size`` elements.
+    #[getter]
+    fn full(slf: &Bound<'_, Self>) -> PyResult<bool> {
+        Self::run(slf, |any| Ok(each!(any, b => b.is_full())))
+    }
+
+    /// The capacity in elements.
+    #[getter]
+    fn buffer_size(&self) -> usize {
+        self.capacity
+    }
+
+    /// The shape of the whole buffer, ``(buffer_size, *element_shape)``.
+    #[getter]
+    fn shape<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        let mut shape = vec![self.capacity];
+        shape.extend_from_slice(&self.element_shape);
+        PyTuple::new(py, shape)
+    }
+
+    /// The shape of one element.
+    #[getter]
+    fn element_shape<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        PyTuple::new(py, &self.element_shape)
+    }
+
+    /// The element type, as a ``numpy.dtype``.
+    #[getter]
+    fn dtype<'py>(&self, py: Python<'py>) -> Bound<'py, numpy::PyArrayDescr> {
+        numpy_dtype(py, self.dtype)
+    }
+
+    /// The bytes of one element (dolphin's ``element_nbytes`` counts items; this is bytes).
+    #[getter]
+    fn element_nbytes(slf: &Bound<'_, Self>) -> PyResult<usize> {
+        Self::run(slf, |any| Ok(each!(any, b => b.element_nbytes())))
+    }
+
+    /// The bytes of the whole buffer.
+    #[getter]
+    fn nbytes(slf: &Bound<'_, Self>) -> PyResult<usize> {
+        Self::run(slf, |any| Ok(each!(any, b => b.nbytes())))
+    }
+
+    /// The backend the buffer lives on.
+    #[getter]
+    fn backend(&self) -> PyBackend {
+        PyBackend::new(self.device.clone())
+    }
+
+    /// Sets (or, with None, removes) the hook run after every flush (and ``allocate``).
+    fn flush_hook(&self, hook: Option<Bound<'_, PyAny>>) -> PyResult<()> {
+        self.set_hook(Event::Flush, hook)
+    }
+
+    /// Sets (or removes) the hook run after ``allocate`` (not the first allocation).
+    fn allocate_hook(&self, hook: Option<Bound<'_, PyAny>>) -> PyResult<()> {
+        self.set_hook(Event::Allocate, hook)
+    }
+
+    /// Sets (or removes) the hook run after each ``append_one``.
+    fn append_one_hook(&self, hook: Option<Bound<'_, PyAny>>) -> PyResult<()> {
+        self.set_hook(Event::AppendOne, hook)
+    }
+
+    /// Sets (or removes) the hook run after each batch or list append.
+    fn append_multiple_hook(&self, hook: Option<Bound<'_, PyAny>>) -> PyResult<()> {
+        self.set_hook(Event::AppendMultiple, hook)
+    }
+
+    /// Sets (or removes) the hook run when an append fills the buffer.
+    fn buffer_full_hook(&self, hook: Option<Bound<'_, PyAny>>) -> PyResult<()> {
+        self.set_hook(Event::Full, hook)
+    }
+
+    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        if let Some(hooks) = self.hooks.try_lock() {
+            for h in hooks.iter().flatten() {
+                visit.call(h)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn __clear__(&self) {
+        if let Some(mut hooks) = self.hooks.try_lock() {
+            *hooks = Default::default();
+        }
+    }
+
+    fn __repr__(slf: &Bound<'_, Self>) -> String {
+        let this = slf.get();
+        let len = this.inner.try_lock().map(|b| each!(&*b, b => b.len()));
+        format!(
+            "gpubuf.Bufferizer(element_shape={:?}, buffer_size={}, dtype={}, len={}, backend={:?})",
+            this.element_shape,
+            this.capacity,
+            this.dtype.name(),
+            len.map_or_else(|| "?".into(), |n| n.to_string()),
+            this.device.kind().name()
+        )
+    }
+}
+
+impl PyBufferizer {
+    fn set_hook(&self, e: Event, hook: Option<Bound<'_, PyAny>>) -> PyResult<()> {
+        let hook = hook_arg(HOOK_NAMES[e as usize], hook)?;
+        self.hooks.lock()[e as usize] = hook;
+        Ok(())
+    }
+}
