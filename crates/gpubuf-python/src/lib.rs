@@ -36,6 +36,7 @@ pub mod halo;
 pub mod halo_args;
 pub mod halo_run;
 pub mod interop;
+pub mod mirror;
 pub mod ndbuffer;
 pub mod pool;
 
@@ -52,6 +53,7 @@ fn gpubuf_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(backend::available_backends, m)?)?;
     m.add_class::<ndbuffer::PyNDBuffer>()?;
     m.add_class::<bufferizer::PyBufferizer>()?;
+    mirror::register(m)?;
     m.add_function(wrap_pyfunction!(dlpack::from_dlpack, m)?)?;
     m.add_function(wrap_pyfunction!(dlpack::_dlpack_capsule, m)?)?;
     m.add_function(wrap_pyfunction!(dlpack::_read_dlpack_capsule, m)?)?;

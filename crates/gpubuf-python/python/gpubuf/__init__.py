@@ -1,5 +1,6 @@
 """gpubuf: a GPU-memory toolkit (device-memory pool, n-d buffers with numpy, DLPack and
-CUDA array interface interop, pace-util's halo transformer, dolphin's bufferizer) on CPU, OpenCL and CUDA.
+CUDA array interface interop, pace-util's halo transformer, dolphin's bufferizer,
+glumpy's GPUData as ``Mirror``) on CPU, OpenCL and CUDA.
 
 The classes and functions live in the native module ``gpubuf._gpubuf`` and are
 re-exported here, so ``gpubuf.NDBuffer`` and ``gpubuf.MemoryPool`` are what they were.
@@ -24,6 +25,7 @@ from ._gpubuf import (
     InvalidPlanError,
     LengthMismatchError,
     MemoryPool,
+    Mirror,
     NDBuffer,
     OutOfBoundsError,
     OutOfMemoryError,
@@ -54,6 +56,7 @@ __all__ = [
     "InvalidPlanError",
     "LengthMismatchError",
     "MemoryPool",
+    "Mirror",
     "NDBuffer",
     "OutOfBoundsError",
     "OutOfMemoryError",

@@ -227,6 +227,26 @@ class Bufferizer:
     def append_multiple_hook(self, hook: _Hook) -> None: ...
     def buffer_full_hook(self, hook: _Hook) -> None: ...
 
+class Mirror(np.ndarray):
+    """glumpy's ``GPUData``: a numpy array (a C-order copy of ``data``) mirrored on
+    ``backend``; writes through indexing, slicing, in-place operators, ufuncs with ``out=``,
+    ``fill``, ``sort``, ``put`` and ``numpy.copyto``/``put``/``place``/``putmask``/
+    ``fill_diagonal``/``put_along_axis`` mark the bytes they cover; ``sync()`` uploads them."""
+
+    def __new__(cls, data: npt.ArrayLike, backend: Optional[Backend] = None, policy: str = "hull") -> Mirror: ...
+    @property
+    def pending_data(self) -> Optional[Tuple[int, int]]:
+        """The ``(start, stop)`` byte range written and not uploaded, or None."""
+    @property
+    def pending_ranges(self) -> List[Tuple[int, int]]: ...
+    def sync(self) -> Dict[str, Any]:
+        """Uploads the pending bytes: ``{"ranges", "bytes", "commands"}``."""
+    @property
+    def device(self) -> NDBuffer:
+        """The device array of the whole mirrored data."""
+    def mark_dirty(self) -> None:
+        """Marks every byte of this view as written (after writes that bypass the array)."""
+
 def from_dlpack(obj: Any, backend: Optional[Backend] = None) -> NDBuffer:
     """Any object with ``__dlpack__`` on ``backend``. Host memory: shared on the CPU where
     ``NDBuffer.from_numpy`` would share it, else a copy. CUDA memory (kDLCUDA): adopted without

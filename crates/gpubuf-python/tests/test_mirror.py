@@ -1,0 +1,132 @@
+"""Mirror: glumpy's GPUData semantics (pending_data), every write path tracked, sync uploads
+exactly the pending bytes."""
+
+import gc
+import tracemalloc
+
+import numpy as np
+import pytest
+
+import gpubuf
+
+
+def device(m):
+    return m.device.to_numpy()
+
+
+def test_glumpys_pending_data(backend):
+    v = gpubuf.Mirror(np.zeros(16, np.float32), backend)
+    assert isinstance(v, np.ndarray) and isinstance(v, gpubuf.Mirror) and v.pending_data is None
+    d = v[5:8]
+    d[...] = 1
+    assert v.pending_data == (20, 32) and d.pending_data == (20, 32)
+    a = gpubuf.Mirror(np.zeros((4, 4), np.float32), backend)
+    a[:, 1] = 2
+    assert a.pending_data == (4, 56)
+    a.sync()
+    assert a.pending_data is None
+    a[3, 2] = 5
+    assert a.pending_data == (56, 60)
+
+
+def test_sync_uploads_exactly_the_pending_bytes(backend):
+    m = gpubuf.Mirror(np.zeros(16, np.float32), backend)
+    raw = m.view(np.ndarray)
+    raw[0] = 99  # not tracked: must not reach the device
+    m[5:8] = 1
+    sent = m.sync()
+    assert sent == {"ranges": [(20, 32)], "bytes": 12, "commands": 1}
+    expect = np.zeros(16, np.float32)
+    expect[5:8] = 1
+    np.testing.assert_array_equal(device(m), expect)
+    assert m.sync()["bytes"] == 0
+    m.mark_dirty()
+    assert m.sync()["bytes"] == 64 and device(m)[0] == 99
+
+
+def test_every_write_path_is_tracked(backend):
+    writes = [
+        ("setitem", lambda m: m.__setitem__((1, slice(None)), 3), (16, 32)),
+        ("element", lambda m: m.__setitem__((2, 3), 3), (44, 48)),
+        ("negative index", lambda m: m.__setitem__(-1, 3), (48, 64)),
+        ("view", lambda m: m[1:3, 1:2].__setitem__(Ellipsis, 3), (20, 40)),
+        ("iadd", lambda m: m[2].__iadd__(1), (32, 48)),
+        ("imul on a strided view", lambda m: m[::2, 0].__imul__(2), (0, 36)),
+        ("ufunc out=", lambda m: np.add(m[0], 1, out=m[0]), (0, 16)),
+        ("ufunc at", lambda m: np.add.at(m[3], [0, 1], 1), (48, 64)),
+        ("fill", lambda m: m[1].fill(7), (16, 32)),
+        ("copyto", lambda m: np.copyto(m[2], np.arange(4)), (32, 48)),
+        ("putmask", lambda m: np.putmask(m[0], [True, False, True, False], 4), (0, 16)),
+        ("sort", lambda m: m[3].sort(), (48, 64)),
+        ("mask", lambda m: m.__setitem__(m > 10, 0), (0, 64)),
+        ("empty mask", lambda m: m.__setitem__(m > 100, 0), None),
+        ("fancy", lambda m: m.__setitem__(([0, 3], [1, 2]), 9), (0, 64)),
+    ]
+    for name, write, expected in writes:
+        host = np.arange(16, dtype=np.float32).reshape(4, 4)[::-1].copy()
+        m = gpubuf.Mirror(host, backend)
+        write(m)
+        assert m.pending_data == expected, name
+        m.sync()
+        np.testing.assert_array_equal(device(m), m.view(np.ndarray), err_msg=name)
+
+
+def test_results_and_copies_are_plain_arrays(backend):
+    m = gpubuf.Mirror(np.ones((2, 3)), backend)
+    for r in (m + 1, m * m, np.sin(m), m.copy()):
+        assert type(r) is np.ndarray
+    assert m.pending_data is None
+    assert isinstance(m[0], gpubuf.Mirror) and m[0].pending_data is None
+    assert m.device.shape == (2, 3) and m.device.dtype == np.float64
+    assert isinstance(m.device, gpubuf.NDBuffer)
+
+
+def test_exact_policy_keeps_ranges_apart(backend):
+    m = gpubuf.Mirror(np.zeros(16, np.float32), backend, policy="exact")
+    m[1] = 1
+    m[10:12] = 2
+    assert m.pending_ranges == [(4, 8), (40, 48)] and m.pending_data == (4, 48)
+    sent = m.sync()
+    assert sent["ranges"] == [(4, 8), (40, 48)] and sent["bytes"] == 12
+    np.testing.assert_array_equal(device(m), m.view(np.ndarray))
+
+
+def test_hostile_inputs(backend):
+    with pytest.raises(gpubuf.DTypeMismatchError):
+        gpubuf.Mirror(np.zeros(4, np.complex64), backend)
+    with pytest.raises(gpubuf.DTypeMismatchError):
+        gpubuf.Mirror(np.array(["a", "b"]), backend)
+    with pytest.raises(gpubuf.InvalidArgumentError):
+        gpubuf.Mirror(np.zeros(4), backend, policy="convex")
+    with pytest.raises(gpubuf.OutOfBoundsError):
+        gpubuf.Mirror(np.zeros(4), backend)._core.mark(0, 33)
+    with pytest.raises(gpubuf.OutOfBoundsError):
+        gpubuf.Mirror(np.zeros(4), backend)._core.mark(9, 8)
+    with pytest.raises(OverflowError):
+        gpubuf.Mirror(np.zeros(4), backend)._core.mark(-1, 8)
+    empty = gpubuf.Mirror(np.zeros((0, 3), np.int32), backend)
+    empty[...] = 1
+    assert empty.pending_data is None and empty.sync()["bytes"] == 0
+    detached = gpubuf.Mirror(np.zeros(4), backend).view(np.ndarray).view(gpubuf.Mirror)
+    with pytest.raises(ValueError):
+        detached.sync()
+
+
+def test_no_leak(backend):
+    m = gpubuf.Mirror(np.zeros(64, np.float32), backend)
+    for _ in range(100):
+        m[3:9] = 1
+        m.sync()
+    tracemalloc.start()
+    gc.collect()
+    start = tracemalloc.get_traced_memory()[0]
+    for i in range(10_000):
+        m[i % 60 : i % 60 + 4] += 1
+        if i % 10 == 0:
+            m.sync()
+    m.sync()
+    gc.collect()
+    grown = tracemalloc.get_traced_memory()[0] - start
+    tracemalloc.stop()
+    assert grown < 64 * 1024, grown
+    np.testing.assert_array_equal(device(m), m.view(np.ndarray))
