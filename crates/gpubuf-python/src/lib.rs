@@ -10,9 +10,9 @@
 //! copies, with [`dlpack_tensor`], DLPack's structs, and [`dlpack_cuda`], its CUDA half), [`adopt`] (numpy memory adopted by the CPU backend without a copy), [`pool`]
 //! (`MemoryPool`, `PooledBuffer`) with [`gil`] (its allocator, which releases the GIL only
 //! while the device allocates), [`halo`], [`halo_args`] and [`halo_run`] (pace-util's halo
-//! API), [`cuda`] (the CUDA array interface), [`mod@bench`] (the benchmark's Rust-side
-//! loops). Later
-//! components (the bufferizer, the mirror) add a file and a line to the module function
+//! API), [`cuda`] (the CUDA array interface), [`bufferizer`] (dolphin's `Bufferizer`),
+//! [`mirror`] (glumpy's `GPUData` as `Mirror`), [`mod@bench`] (the benchmark's Rust-side
+//! loops). Later components add a file and a line to the module function
 //! (`gpubuf_module`) below.
 //!
 //! Every call that copies or allocates from a device releases the GIL (a pool hit keeps

@@ -1,8 +1,8 @@
 //! `gpubuf.Mirror`: glumpy's `GPUData`, a numpy array whose writes are tracked and whose
-//! [`sync`](PyMirrorCore::sync) uploads only the bytes written, through [`gpubuf::Mirror`].
+//! `sync` uploads only the bytes written, through [`gpubuf::Mirror`].
 //!
 //! A numpy subclass cannot be written with PyO3, so `Mirror` itself is Python
-//! ([`MIRROR_PY`], compiled when the module is imported): it keeps its data in a plain numpy
+//! (`MIRROR_PY`, compiled when the module is imported): it keeps its data in a plain numpy
 //! array and reports every write's byte extent to a [`PyMirrorCore`], which keeps the dirty
 //! ranges (merged by the [`DirtyPolicy`]) and owns a `gpubuf::Mirror` of the same bytes as a
 //! flat `uint8` array. `sync` copies the dirty host bytes into that mirror, whose own `sync`
@@ -149,7 +149,7 @@ impl PyMirrorCore {
     }
 }
 
-/// Makes the `Mirror` class from [`MIRROR_PY`] and adds it and [`PyMirrorCore`] to `m`.
+/// Makes the `Mirror` class from `MIRROR_PY` and adds it and [`PyMirrorCore`] to `m`.
 ///
 /// # Errors
 /// Python errors from compiling the source or adding the classes.

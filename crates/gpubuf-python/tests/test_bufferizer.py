@@ -212,3 +212,19 @@ def test_hooks_do_not_leak_and_cycles_are_collected(backend):
     del o
     gc.collect()
     assert ref() is None
+
+
+def doc_snippets(heading):
+    """The python blocks of one section of docs/python.md."""
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[3] / "docs" / "python.md").read_text()
+    section = text.split(heading, 1)[1].split("\n## ", 1)[0]
+    return [block.split("```", 1)[0] for block in section.split("```python\n")[1:]]
+
+
+def test_the_documented_example_runs():
+    snippets = doc_snippets("## Batches: `gpubuf.Bufferizer`")
+    assert snippets
+    for code in snippets:
+        exec(compile(code, "docs/python.md", "exec"), {})

@@ -130,3 +130,12 @@ def test_no_leak(backend):
     tracemalloc.stop()
     assert grown < 64 * 1024, grown
     np.testing.assert_array_equal(device(m), m.view(np.ndarray))
+
+
+def test_the_documented_example_runs():
+    from test_bufferizer import doc_snippets
+
+    snippets = doc_snippets("## Mirrors: `gpubuf.Mirror`")
+    assert snippets
+    for code in snippets:
+        exec(compile(code, "docs/python.md", "exec"), {})
