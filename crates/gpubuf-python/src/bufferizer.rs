@@ -98,8 +98,18 @@ typed!(u8, U8, |v| v.extract());
 typed!(i32, I32, |v| v.extract());
 typed!(u32, U32, |v| v.extract());
 typed!(i64, I64, |v| v.extract());
-typed!(half::f16, F16, |v| v.extract::<f64>().map(half::f16::from_f64));
-typed!(f32, F32, |v| v.extract::<f64>().map(|x| x as f32));
+typed!(half::f16, F16, |v| narrow(v, half::f16::from_f64, |x| x.is_finite()));
+typed!(f32, F32, |v| narrow(v, |x| x as f32, |x| x.is_finite()));
+
+/// A float value narrowed to a smaller float type; a finite value that overflows it is an error.
+fn narrow<T>(v: &Bound<'_, PyAny>, cast: fn(f64) -> T, finite: fn(&T) -> bool) -> PyResult<T> {
+    let x: f64 = v.extract()?;
+    let t = cast(x);
+    if x.is_finite() && !finite(&t) {
+        return Err(invalid(format!("{x} overflows the dtype")));
+    }
+    Ok(t)
+}
 typed!(f64, F64, |v| v.extract());
 
 /// One input, converted and held alive: a device array or a numpy array of host memory.
@@ -146,22 +156,22 @@ impl PyBufferizer {
         f: impl FnOnce(&mut AnyBufferizer) -> gpubuf::Result<R> + Send,
     ) -> PyResult<R> {
         let this = slf.get();
-        let r = {
+        let (r, fired) = {
             let mut b =
                 this.inner.try_lock().ok_or_else(|| invalid("the bufferizer is in use on another thread"))?;
             let b = &mut *b;
             let r = slf.py().detach(move || f(b));
-            // Events of a failed operation (none are recorded then) must not leak into the next.
-            r.py()?
+            // Taken under the lock: only this operation's events (a failed one records none).
+            (r, std::mem::take(&mut *this.events.lock()))
         };
-        Self::fire(slf)?;
+        let r = r.py()?;
+        Self::fire(slf, fired)?;
         Ok(r)
     }
 
-    /// Calls the Python hooks of the events recorded so far, in order.
-    fn fire(slf: &Bound<'_, Self>) -> PyResult<()> {
+    /// Calls the Python hooks of `fired`, in order.
+    fn fire(slf: &Bound<'_, Self>, fired: Vec<Event>) -> PyResult<()> {
         let py = slf.py();
-        let fired = std::mem::take(&mut *slf.get().events.lock());
         for e in fired {
             let hook = slf.get().hooks.lock()[e as usize].as_ref().map(|h| h.clone_ref(py));
             if let Some(hook) = hook {

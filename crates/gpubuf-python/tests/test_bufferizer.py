@@ -161,8 +161,16 @@ def test_hostile_construction(backend):
         gpubuf.Bufferizer((2**31, 2**20), 2**10, "float64", backend)
     with pytest.raises(gpubuf.InvalidArgumentError):
         gpubuf.Bufferizer((2,), 4, "float32", backend, flush_hook=3)
-    with pytest.raises(gpubuf.InvalidArgumentError):
-        gpubuf.Bufferizer((2,), 4, "uint8", backend).flush(300)
+    for dtype, value in (("uint8", 300), ("uint8", -1), ("int32", 2**31), ("float16", 1e5),
+                         ("float32", 1e300), ("int64", 1.5)):
+        b = gpubuf.Bufferizer((2,), 4, dtype, backend)
+        b.append_one(np.ones(2, dtype))
+        with pytest.raises(gpubuf.InvalidArgumentError):
+            b.flush(value)
+        assert len(b) == 1 and b.buffer.to_numpy()[0].tolist() == [1, 1]
+    b = gpubuf.Bufferizer((2,), 4, "float16", backend)
+    b.flush(float("inf"))
+    assert np.isinf(b.buffer.to_numpy()).all()
 
 
 def test_zero_length_elements(backend):
