@@ -26,22 +26,17 @@ use pyo3::types::{PyDict, PyList};
 pub struct PyMirrorCore {
     /// The host bytes, a flat `uint8` view of the array's own memory.
     host: Py<PyArray1<u8>>,
-    state: Mutex<State>,
+    /// Held by `sync` (also while it uploads with the GIL released).
+    mirror: Mutex<Mirror<Device, u8>>,
+    /// Bytes written and not uploaded; never held across a GIL release, so a write on
+    /// another thread while `sync` uploads is recorded for the next `sync`.
+    dirty: Mutex<RangeSet>,
+    /// The mirror's device buffer.
+    device: gpubuf::Buffer<Device>,
     policy: DirtyPolicy,
     shape: Vec<usize>,
     dtype: DType,
     nbytes: usize,
-}
-
-struct State {
-    mirror: Mirror<Device, u8>,
-    dirty: RangeSet,
-}
-
-impl PyMirrorCore {
-    fn state(&self) -> PyResult<parking_lot::MutexGuard<'_, State>> {
-        self.state.try_lock().ok_or_else(|| invalid("the mirror is in use on another thread"))
-    }
 }
 
 #[pymethods]
@@ -78,7 +73,9 @@ impl PyMirrorCore {
         };
         Ok(PyMirrorCore {
             host: flat.unbind(),
-            state: Mutex::new(State { mirror, dirty: RangeSet::default() }),
+            device: mirror.device().buffer().clone(),
+            mirror: Mutex::new(mirror),
+            dirty: Mutex::new(RangeSet::default()),
             policy,
             shape,
             dtype,
@@ -94,36 +91,44 @@ impl PyMirrorCore {
         if start > stop || stop > len {
             return Err(to_py(Error::OutOfBounds { what: "mirror bytes".into(), start, end: stop, len }));
         }
-        self.state()?.dirty.insert(start..stop, self.policy);
+        self.dirty.lock().insert(start..stop, self.policy);
         Ok(())
     }
 
     /// The byte ranges written and not uploaded, as ``(start, stop)`` pairs.
     #[getter]
-    fn pending(&self) -> PyResult<Vec<(usize, usize)>> {
-        Ok(self.state()?.dirty.ranges().into_iter().map(|r| (r.start, r.end)).collect())
+    fn pending(&self) -> Vec<(usize, usize)> {
+        self.dirty.lock().ranges().into_iter().map(|r| (r.start, r.end)).collect()
     }
 
     /// Uploads the pending ranges; returns ``{"ranges": [(start, stop), ...], "bytes": n,
     /// "commands": k}``. On an error the ranges stay pending.
+    ///
+    /// The pending host bytes are copied into the Rust mirror with the GIL held (no Python
+    /// thread writes them meanwhile), then uploaded from there with the GIL released.
     fn sync<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let mut state = self.state()?;
-        let host = self.host.bind(py);
-        let ro = host.try_readonly().map_err(|e| invalid(e.to_string()))?;
-        let bytes = ro.as_array();
-        let state = &mut *state;
-        let transfer = py
-            .detach(|| {
-                for r in state.dirty.ranges() {
-                    let view = state.mirror.view(std::slice::from_ref(&r))?;
-                    let src = bytes.slice(gpubuf::ndarray::s![r.start..r.end]).into_dyn();
-                    state.mirror.copy_from(&view, src)?;
-                }
-                let t = state.mirror.sync()?;
-                state.dirty.clear();
-                Ok::<_, Error>(t)
-            })
-            .py()?;
+        let mut mirror =
+            self.mirror.try_lock().ok_or_else(|| invalid("the mirror is syncing on another thread"))?;
+        let ranges = {
+            let mut dirty = self.dirty.lock();
+            let host = self.host.bind(py);
+            let ro = host.try_readonly().map_err(|e| invalid(e.to_string()))?;
+            let bytes = ro.as_array();
+            let ranges = dirty.ranges();
+            for r in &ranges {
+                let view = mirror.view(std::slice::from_ref(r)).py()?;
+                mirror.copy_from(&view, bytes.slice(gpubuf::ndarray::s![r.start..r.end]).into_dyn()).py()?;
+            }
+            dirty.clear();
+            ranges
+        };
+        let mirror = &mut *mirror;
+        let transfer = py.detach(move || mirror.sync());
+        let transfer = transfer.map_err(|e| {
+            // Still pending: the next sync copies and uploads them again.
+            self.dirty.lock().insert_all(ranges, self.policy);
+            to_py(e)
+        })?;
         let d = PyDict::new(py);
         let ranges: Vec<(usize, usize)> = transfer.ranges.iter().map(|r| (r.start, r.end)).collect();
         d.set_item("ranges", PyList::new(py, ranges)?)?;
@@ -135,7 +140,7 @@ impl PyMirrorCore {
     /// The device array (shape and dtype of the host array), sharing the mirror's memory.
     #[getter]
     fn device(&self) -> PyResult<PyNDBuffer> {
-        let buffer = self.state()?.mirror.device().buffer().clone();
+        let buffer = self.device.clone();
         let array: AnyArray = with_dtype!(self.dtype, T => {
             NDBuffer::<Device, T>::from_buffer(buffer, &self.shape, Order::C).map(T::wrap).py()?
         });
