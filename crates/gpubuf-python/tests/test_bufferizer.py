@@ -236,3 +236,15 @@ def test_the_documented_example_runs():
     assert snippets
     for code in snippets:
         exec(compile(code, "docs/python.md", "exec"), {})
+
+
+def test_an_array_on_another_device_is_a_typed_error(cpu):
+    if "opencl" not in gpubuf.available_backends():
+        pytest.skip("needs a second backend")
+    b = gpubuf.Bufferizer(2, 2, "float32", cpu)
+    other = gpubuf.NDBuffer.from_numpy(np.ones(2, np.float32), gpubuf.Backend("opencl"))
+    with pytest.raises(gpubuf.DeviceMismatchError):
+        b.append_one(other)
+    assert len(b) == 0
+    b.append_one(other.to_numpy())  # through the host
+    assert b.filled.to_numpy().tolist() == [[1, 1]]
