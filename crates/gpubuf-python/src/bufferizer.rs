@@ -6,126 +6,17 @@
 //! do), and an exception from a hook reaches the caller with the operation complete.
 
 use crate::backend::PyBackend;
-use crate::dtype::{numpy_dtype, parse_dtype, with_dtype, AnyArray, Wrap};
+use crate::bufferizer_types::{each, AnyBufferizer, Event, Events, Held, Op, Typed, HOOK_NAMES};
+use crate::dtype::{numpy_dtype, parse_dtype, with_dtype, Wrap};
 use crate::errors::{invalid, to_py, IntoPy};
 use crate::ndbuffer::{device_of, shape_arg, PyNDBuffer};
 use gpubuf::bufferizer::Input;
-use gpubuf::{Backend, Bufferizer, DType, Device, Error, NDBuffer};
+use gpubuf::{Backend, Bufferizer, DType, Device, Error};
 use numpy::{PyArrayDyn, PyArrayMethods, PyUntypedArray, PyUntypedArrayMethods};
 use parking_lot::Mutex;
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyTuple};
 use pyo3::{PyTraverseError, PyVisit};
-use std::sync::Arc;
-
-/// The hooks, in the order of [`HOOK_NAMES`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Event {
-    Flush = 0,
-    Allocate = 1,
-    AppendOne = 2,
-    AppendMultiple = 3,
-    Full = 4,
-}
-
-/// dolphin's names of the hooks (constructor keywords and setter methods).
-const HOOK_NAMES: [&str; 5] =
-    ["flush_hook", "allocate_hook", "append_one_hook", "append_multiple_hook", "buffer_full_hook"];
-
-/// The events the Rust bufferizer fired during one operation.
-type Events = Arc<Mutex<Vec<Event>>>;
-
-/// A bufferizer of any element type.
-enum AnyBufferizer {
-    U8(Bufferizer<Device, u8>),
-    I32(Bufferizer<Device, i32>),
-    U32(Bufferizer<Device, u32>),
-    I64(Bufferizer<Device, i64>),
-    F16(Bufferizer<Device, half::f16>),
-    F32(Bufferizer<Device, f32>),
-    F64(Bufferizer<Device, f64>),
-}
-
-/// Runs `$body` with `$b` bound to the typed bufferizer `$a` holds.
-macro_rules! each {
-    ($a:expr, $b:ident => $body:expr) => {
-        match $a {
-            AnyBufferizer::U8($b) => $body,
-            AnyBufferizer::I32($b) => $body,
-            AnyBufferizer::U32($b) => $body,
-            AnyBufferizer::I64($b) => $body,
-            AnyBufferizer::F16($b) => $body,
-            AnyBufferizer::F32($b) => $body,
-            AnyBufferizer::F64($b) => $body,
-        }
-    };
-}
-
-/// The typed side of an element type: its bufferizer variant, its arrays, its flush value.
-trait Typed: Wrap + Sync {
-    fn wrap_b(b: Bufferizer<Device, Self>) -> AnyBufferizer;
-    fn of(a: &AnyArray) -> Option<&NDBuffer<Device, Self>>;
-    fn value(v: &Bound<'_, PyAny>) -> PyResult<Self>;
-    fn unwrap_mut(any: &mut AnyBufferizer) -> Option<&mut Bufferizer<Device, Self>>;
-}
-
-macro_rules! typed {
-    ($t:ty, $v:ident, $value:expr) => {
-        impl Typed for $t {
-            fn wrap_b(b: Bufferizer<Device, Self>) -> AnyBufferizer {
-                AnyBufferizer::$v(b)
-            }
-            fn of(a: &AnyArray) -> Option<&NDBuffer<Device, Self>> {
-                match a {
-                    AnyArray::$v(nd) => Some(nd),
-                    _ => None,
-                }
-            }
-            fn value(v: &Bound<'_, PyAny>) -> PyResult<Self> {
-                let f: fn(&Bound<'_, PyAny>) -> PyResult<Self> = $value;
-                f(v).map_err(|_| invalid(format!("flush value {v} is not a {}", stringify!($t))))
-            }
-            fn unwrap_mut(any: &mut AnyBufferizer) -> Option<&mut Bufferizer<Device, Self>> {
-                match any {
-                    AnyBufferizer::$v(b) => Some(b),
-                    _ => None,
-                }
-            }
-        }
-    };
-}
-typed!(u8, U8, |v| v.extract());
-typed!(i32, I32, |v| v.extract());
-typed!(u32, U32, |v| v.extract());
-typed!(i64, I64, |v| v.extract());
-typed!(half::f16, F16, |v| narrow(v, half::f16::from_f64, |x| x.is_finite()));
-typed!(f32, F32, |v| narrow(v, |x| x as f32, |x| x.is_finite()));
-
-/// A float value narrowed to a smaller float type; a finite value that overflows it is an error.
-fn narrow<T>(v: &Bound<'_, PyAny>, cast: fn(f64) -> T, finite: fn(&T) -> bool) -> PyResult<T> {
-    let x: f64 = v.extract()?;
-    let t = cast(x);
-    if x.is_finite() && !finite(&t) {
-        return Err(invalid(format!("{x} overflows the dtype")));
-    }
-    Ok(t)
-}
-typed!(f64, F64, |v| v.extract());
-
-/// One input, converted and held alive: a device array or a numpy array of host memory.
-enum Held<'py> {
-    Device(AnyArray),
-    Host(Bound<'py, PyUntypedArray>),
-}
-
-/// Which append to run.
-#[derive(Clone, Copy)]
-enum Op {
-    One,
-    Multiple,
-    List,
-    Auto,
-}
 
 /// A batch buffer like dolphin's ``Bufferizer``: ``buffer_size`` elements of ``shape`` and
 /// ``dtype`` on ``backend`` (default: a new CPU device), allocated once and zeroed.

@@ -25,6 +25,7 @@ pub mod adopt;
 pub mod backend;
 pub mod bench;
 pub mod bufferizer;
+pub mod bufferizer_types;
 pub mod cuda;
 pub mod dlpack;
 pub mod dlpack_cuda;
