@@ -163,6 +163,21 @@ pub fn merged_dims(s: &Segment) -> ([usize; MAX_DIMS], [isize; MAX_DIMS]) {
     (extents, strides)
 }
 
+/// The order in which a row walk visits `s`'s dims so that the source is read (or written)
+/// in memory order: the largest `|stride|` outermost, dims of extent 1 first (they do not
+/// matter). The CPU executor and the OpenCL row kernel both walk segments this way.
+pub fn memory_order(s: &Segment) -> [usize; MAX_DIMS] {
+    let mut order = [0usize, 1, 2, 3];
+    order.sort_by_key(|&d| {
+        if s.extents[d] == 1 {
+            (0, std::cmp::Reverse(usize::MAX))
+        } else {
+            (1, std::cmp::Reverse(s.strides[d].unsigned_abs()))
+        }
+    });
+    order
+}
+
 /// Cuts `plan` into blocks of `shape`, dropping empty segments. A segment is tiled when it
 /// is transposed (source stride ±1 on dim 2 and not on dim 3) and both of those extents
 /// fill at least a quarter of a tile side; otherwise it is linear, cut into runs of
@@ -205,6 +220,15 @@ pub fn encode_blocks(plan: &CopyPlan, shape: BlockShape) -> BlockPlan {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn memory_order_puts_unit_dims_first_then_the_largest_stride() {
+        // Dims 1..3 after the padding dim 0: strides -1, 100, 10 (extent 1 on dim 3 too).
+        let s = Segment::new(0, 300, &[(3, -1), (4, 100), (5, 10)], 0).unwrap();
+        assert_eq!(memory_order(&s), [0, 2, 3, 1]);
+        let flat = Segment::new(0, 0, &[(1, 7), (6, 1), (2, 6)], 0).unwrap();
+        assert_eq!(memory_order(&flat), [0, 1, 3, 2]);
+    }
 
     #[test]
     fn encodes_prefix_sums() {

@@ -74,15 +74,8 @@ impl Job {
     fn new(s: &Segment) -> Self {
         let e = s.extents;
         let sb0 = [(e[1] * e[2] * e[3]) as isize, (e[2] * e[3]) as isize, e[3] as isize, 1];
-        let mut order = [0usize, 1, 2, 3];
         // Largest array stride outermost; axes of extent 1 do not matter, put them first.
-        order.sort_by_key(|&d| {
-            if e[d] == 1 {
-                (0, std::cmp::Reverse(usize::MAX))
-            } else {
-                (1, std::cmp::Reverse(s.strides[d].unsigned_abs()))
-            }
-        });
+        let order = gpubuf_core::encode::memory_order(s);
         let mut j = Job {
             source: s.source,
             array_off: s.offset as isize,

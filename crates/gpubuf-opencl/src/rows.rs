@@ -98,15 +98,8 @@ impl RowJob {
         for d in (0..MAX_DIMS - 1).rev() {
             sb0[d] = sb0[d + 1].checked_mul(e[d + 1]).ok_or_else(too_big)?;
         }
-        let mut order = [0usize, 1, 2, 3];
         // Largest array stride outermost; axes of extent 1 first (they do not matter).
-        order.sort_by_key(|&d| {
-            if e[d] == 1 {
-                (0, std::cmp::Reverse(usize::MAX))
-            } else {
-                (1, std::cmp::Reverse(s.strides[d].unsigned_abs()))
-            }
-        });
+        let order = gpubuf_core::encode::memory_order(s);
         let mut j = RowJob {
             source: s.source,
             array_off: word(s.offset)?,
