@@ -1,6 +1,6 @@
 //! The Python part of `cargo xtask test-all` (and `cargo xtask python` alone): a virtual
-//! environment under the target directory with pinned maturin, numpy and pytest from PyPI
-//! and pace-util as the halo tests' oracle, the `gpubuf` wheel built by maturin and
+//! environment under the target directory with pinned maturin, numpy and pytest from PyPI,
+//! pace-util as the halo tests' oracle, zarr-python for `gpubuf.zarr`, the `gpubuf` wheel built by maturin and
 //! installed there, then the pytest suite of `crates/gpubuf-python/tests`.
 
 use crate::sh::{run_ok, run_tee};
@@ -26,6 +26,14 @@ pub const ORACLE_PINS: [&str; 5] =
 /// installed with `--no-deps` like the oracle.
 pub const BASELINE_PINS: [&str; 4] =
     ["pyopencl==2026.1.4", "pytools==2026.1.1", "platformdirs==4.14.7", "siphash24==1.9"];
+
+/// zarr-python, which `gpubuf.zarr` implements the buffer prototype of (`tests/test_zarr.py`
+/// writes real stores with it), with exactly what `import zarr` needs, installed with
+/// `--no-deps` like the oracle: zarr's declared dependencies are these four, numpy,
+/// packaging (pytest's) and typing-extensions (pinned above); donfig's is pyyaml. About
+/// 10.5 MB in all, numcodecs's wheel (9.3 MB, its compressors built in) the bulk.
+pub const ZARR_PINS: [&str; 5] =
+    ["zarr==3.1.6", "numcodecs==0.16.6", "donfig==0.8.1.post1", "google-crc32c==1.9.0", "pyyaml==6.0.3"];
 
 /// What the pytest run reported.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -75,8 +83,8 @@ pub fn parse_summary(lines: &[String]) -> Option<PyCounts> {
     })
 }
 
-/// Makes the virtual environment (once) with [`PIP_PINS`], [`ORACLE_PINS`] and
-/// [`BASELINE_PINS`] installed;
+/// Makes the virtual environment (once) with [`PIP_PINS`], [`ORACLE_PINS`],
+/// [`BASELINE_PINS`] and [`ZARR_PINS`] installed;
 /// returns its python. A stamp file of the pins makes a second call install nothing.
 fn venv(dir: &Path) -> Result<PathBuf, String> {
     let python = dir.join("bin").join("python");
@@ -87,7 +95,7 @@ fn venv(dir: &Path) -> Result<PathBuf, String> {
         }
     }
     let stamp = dir.join("gpubuf-pins.txt");
-    let want = [&PIP_PINS[..], &ORACLE_PINS, &BASELINE_PINS].concat().join("\n");
+    let want = [&PIP_PINS[..], &ORACLE_PINS, &BASELINE_PINS, &ZARR_PINS].concat().join("\n");
     if std::fs::read_to_string(&stamp).ok().as_deref() != Some(want.as_str()) {
         let pip = |extra: &[&str], pins: &[&str]| {
             let mut pip = Command::new(&python);
@@ -101,7 +109,7 @@ fn venv(dir: &Path) -> Result<PathBuf, String> {
             }
         };
         pip(&[], &PIP_PINS)?;
-        pip(&["--no-deps"], &[&ORACLE_PINS[..], &BASELINE_PINS].concat())?;
+        pip(&["--no-deps"], &[&ORACLE_PINS[..], &BASELINE_PINS, &ZARR_PINS].concat())?;
         std::fs::write(&stamp, want).map_err(|e| format!("writing {}: {e}", stamp.display()))?;
     }
     Ok(python)

@@ -11,7 +11,8 @@
 //! (`MemoryPool`, `PooledBuffer`) with [`gil`] (its allocator, which releases the GIL only
 //! while the device allocates), [`halo`], [`halo_args`] and [`halo_run`] (pace-util's halo
 //! API), [`cuda`] (the CUDA array interface), [`bufferizer`] (dolphin's `Bufferizer`),
-//! [`mirror`] (glumpy's `GPUData` as `Mirror`), [`mod@bench`] (the benchmark's Rust-side
+//! [`mirror`] (glumpy's `GPUData` as `Mirror`), [`region`] (basic indexing and region
+//! uploads of `NDBuffer`), [`mod@bench`] (the benchmark's Rust-side
 //! loops). Later components add a file and a line to the module function
 //! (`gpubuf_module`) below.
 //!
@@ -40,6 +41,7 @@ pub mod interop;
 pub mod mirror;
 pub mod ndbuffer;
 pub mod pool;
+pub mod region;
 
 use pyo3::prelude::*;
 

@@ -175,6 +175,97 @@ impl PyNDBuffer {
         Ok(PyNDBuffer { array })
     }
 
+    /// ``a[key]``: the view ``key`` selects (ints, slices with any step, ``...`` and
+    /// ``None``, numpy's basic indexing), sharing this array's memory. An integer for every
+    /// axis gives a 0-d array.
+    ///
+    /// Raises ``OutOfBoundsError`` (an ``IndexError``) for an index outside its axis or
+    /// more indices than axes, ``InvalidArgumentError`` for lists, arrays, booleans (no
+    /// fancy indexing), a zero step or a second ``...``.
+    fn __getitem__(&self, key: &Bound<'_, PyAny>) -> PyResult<Self> {
+        Ok(PyNDBuffer { array: crate::region::get(&self.array, key)? })
+    }
+
+    /// ``a[key] = value``: ``set_region(key, value)`` with a fresh staging array.
+    fn __setitem__(&self, key: &Bound<'_, PyAny>, value: &Bound<'_, PyAny>) -> PyResult<()> {
+        crate::region::set(&self.array, key, value, None)
+    }
+
+    /// Writes ``value`` into the region ``key`` selects (as ``__getitem__``): an
+    /// ``NDBuffer`` of the same dtype and shape is copied on the device; anything else is
+    /// taken by ``numpy.asarray`` in this array's dtype, a scalar filling the region on
+    /// the device, an array (broadcast to the region's shape) uploaded once: straight into
+    /// a contiguous region, else into a staging array (from ``pool``, a ``MemoryPool`` of
+    /// this device, when given) that one scatter writes into the region. Runs with the GIL
+    /// released.
+    ///
+    /// Raises as ``__getitem__``; ``DTypeMismatchError`` for an ``NDBuffer`` of another
+    /// dtype; ``ShapeMismatchError`` when the value does not broadcast to the region;
+    /// ``DeviceMismatchError`` for an array or pool of another device.
+    #[pyo3(signature = (key, value, pool = None))]
+    fn set_region(
+        &self,
+        key: &Bound<'_, PyAny>,
+        value: &Bound<'_, PyAny>,
+        pool: Option<&crate::pool::PyMemoryPool>,
+    ) -> PyResult<()> {
+        crate::region::set(&self.array, key, value, pool.map(|p| &p.pool))
+    }
+
+    /// Sets every element to ``value`` (on the device).
+    fn fill(&self, value: &Bound<'_, PyAny>) -> PyResult<()> {
+        let all = pyo3::types::PyEllipsis::get(value.py());
+        crate::region::set(&self.array, all.as_any(), value, None)
+    }
+
+    /// The same elements with another ``shape`` (ints or one sequence; one extent may be
+    /// -1): a view when the array is C-contiguous, else a C-order copy.
+    ///
+    /// Raises ``ShapeMismatchError`` when the sizes differ.
+    #[pyo3(signature = (*shape))]
+    fn reshape(&self, py: Python<'_>, shape: &Bound<'_, PyTuple>) -> PyResult<Self> {
+        let dims: Vec<i128> = match shape.len() {
+            1 => {
+                let one = shape.get_item(0)?;
+                match one.extract::<i128>() {
+                    Ok(n) => vec![n],
+                    Err(_) => one.extract()?,
+                }
+            }
+            _ => shape.extract()?,
+        };
+        let new = crate::region::resolve_shape(&dims, self.size(), self.array.shape())?;
+        let array = self.array.clone();
+        let array = py.detach(move || dispatch!(array, nd => nd.reshape(&new).map(Wrap::wrap))).py()?;
+        Ok(PyNDBuffer { array })
+    }
+
+    /// The elements as a 1-d array: a view when C-contiguous, else a C-order copy.
+    fn ravel(&self, py: Python<'_>) -> PyResult<Self> {
+        let (array, n) = (self.array.clone(), self.size());
+        let array = py.detach(move || dispatch!(array, nd => nd.reshape(&[n]).map(Wrap::wrap))).py()?;
+        Ok(PyNDBuffer { array })
+    }
+
+    /// A view with the axes permuted (``None`` reverses them, numpy's ``.T``). No copy.
+    ///
+    /// Raises ``InvalidArgumentError`` when ``axes`` is not a permutation.
+    #[pyo3(signature = (axes = None))]
+    fn transpose(&self, axes: Option<Vec<usize>>) -> PyResult<Self> {
+        let array = dispatch!(&self.array, nd => nd.transpose(axes.as_deref()).map(Wrap::wrap)).py()?;
+        Ok(PyNDBuffer { array })
+    }
+
+    /// The bytes of this C-contiguous array seen as ``dtype`` (numpy's ``view``): the last
+    /// axis scales by the ratio of the element sizes. No copy.
+    ///
+    /// Raises ``InvalidArgumentError`` for a strided array or a last axis whose bytes do
+    /// not divide into the new elements; ``DTypeMismatchError`` for a dtype gpubuf lacks.
+    fn view(&self, dtype: &Bound<'_, PyAny>) -> PyResult<Self> {
+        let d = parse_dtype(dtype)?;
+        Ok(PyNDBuffer { array: crate::region::reinterpret(&self.array, d)? })
+    }
+
     /// The extents, as a tuple.
     #[getter]
     fn shape<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {

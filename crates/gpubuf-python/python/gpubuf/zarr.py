@@ -1,0 +1,261 @@
+"""zarr-python 3's buffer prototype over gpubuf: ``buffer_prototype(backend)`` makes
+zarr read regions into, and write them from, ``gpubuf.NDBuffer`` arrays on any backend::
+
+    import zarr, gpubuf.zarr
+    proto = gpubuf.zarr.buffer_prototype("opencl")
+    a = zarr.open_array("data.zarr", mode="r")
+    region = a.get_basic_selection((slice(0, 100), slice(5, 50)), prototype=proto)
+    # region is a gpubuf.NDBuffer on the OpenCL device
+
+Decoding stays on the host, where zarr's codecs run: chunk bytes (``Buffer``) are numpy
+arrays, and a decoded chunk is a host-resident ``NDBuffer`` until zarr writes it into its
+region of the output array (``out[region] = chunk``), which uploads it once, straight into
+that region (``gpubuf.NDBuffer.set_region``, staged through a pool of the device when the
+region is not contiguous). Writes take the way back: regions of a gpubuf array are copied
+into new chunks on the device and read back once for encoding.
+
+Every ``NDBuffer`` and ``Buffer`` holds either a numpy array (host) or a
+``gpubuf.NDBuffer`` of the prototype's device (``as_ndarray_like()`` / ``as_array_like()``
+return it without a copy). Element types are gpubuf's: uint8, int32, uint32, int64,
+float16, float32 and float64; another dtype raises ``gpubuf.DTypeMismatchError`` where a
+device array is made (``create``, ``empty``, ``from_numpy_array``).
+"""
+
+import numpy as np
+from zarr.core.buffer import core
+from zarr.core.buffer.core import BufferPrototype
+
+from . import Backend, InvalidArgumentError, MemoryPool
+from . import NDBuffer as _Array
+
+__all__ = ["Buffer", "NDBuffer", "buffer_prototype"]
+
+
+def _on_device(obj, backend):
+    """``obj`` (a gpubuf array) on ``backend``: itself when it lives there, else a copy."""
+    return obj if obj.backend.same_device(backend) else obj.to_backend(backend)
+
+
+def _unwrap(value):
+    """The array behind a zarr buffer, or ``value`` itself."""
+    if isinstance(value, core.NDBuffer):
+        return value.as_ndarray_like()
+    if isinstance(value, core.Buffer):
+        return value.as_array_like()
+    return value
+
+
+class Buffer(core.Buffer):
+    """zarr's flat byte buffer over gpubuf: a 1-d uint8 numpy array (host, as chunk bytes
+    read from a store are) or a 1-d uint8 ``gpubuf.NDBuffer`` of ``backend``. Use the
+    class ``buffer_prototype(backend).buffer``; this base class has no backend."""
+
+    backend = None
+    _staging = None
+
+    def __init__(self, array_like):
+        if isinstance(array_like, _Array):
+            array_like = _on_device(array_like, self._backend())
+        elif not isinstance(array_like, np.ndarray):
+            array_like = np.asarray(array_like)
+        super().__init__(array_like)
+
+    @classmethod
+    def _backend(cls):
+        if cls.backend is None:
+            raise InvalidArgumentError("use buffer_prototype(backend).buffer: this class has no backend")
+        return cls.backend
+
+    @classmethod
+    def create_zero_length(cls):
+        """An empty (host) buffer."""
+        return cls(np.empty(0, dtype="B"))
+
+    @classmethod
+    def from_buffer(cls, buffer):
+        """``buffer``'s bytes as this class: shared when they live on the host or this
+        device, copied from another device."""
+        return cls(buffer.as_array_like())
+
+    @classmethod
+    def from_bytes(cls, bytes_like):
+        """A host buffer over ``bytes_like`` (no copy)."""
+        return cls(np.frombuffer(bytes_like, dtype="B"))
+
+    def as_numpy_array(self):
+        """The bytes as numpy: the host array itself, or a copy from the device."""
+        if isinstance(self._data, _Array):
+            return self._data.to_numpy()
+        return self._data
+
+    def on_device(self):
+        """Whether the bytes live in gpubuf memory (not a host numpy array)."""
+        return isinstance(self._data, _Array)
+
+    def __setitem__(self, key, value):
+        core.check_item_key_is_1d_contiguous(key)
+        value = _unwrap(value)
+        if isinstance(self._data, _Array):
+            self._data.set_region(key, value, self._staging)
+        else:
+            self._data[key] = value.to_numpy() if isinstance(value, _Array) else value
+
+    def combine(self, others):
+        """The concatenation of this buffer and ``others``: on the host when every part
+        is, else in one new device array that each part is copied or uploaded into."""
+        parts = [self._data] + [_unwrap(o) for o in others]
+        for p in parts:
+            if p.ndim != 1 or p.dtype != np.dtype("B"):
+                raise InvalidArgumentError("combine takes 1-d byte buffers")
+        if not any(isinstance(p, _Array) for p in parts):
+            return self.__class__(np.concatenate(parts))
+        backend = self._backend()
+        out = _Array.empty(sum(p.size for p in parts), "uint8", backend)
+        at = 0
+        for p in parts:
+            if isinstance(p, _Array):
+                p = _on_device(p, backend)
+            out.set_region(slice(at, at + p.size), p, self._staging)
+            at += p.size
+        return self.__class__(out)
+
+
+class NDBuffer(core.NDBuffer):
+    """zarr's n-d buffer over gpubuf: a ``gpubuf.NDBuffer`` of ``backend`` (what
+    ``create``, ``empty`` and ``from_numpy_array`` make, and what zarr reads into), or a
+    numpy array (a decoded chunk on its way into a device array). Use the class
+    ``buffer_prototype(backend).nd_buffer``; this base class has no backend."""
+
+    backend = None
+    _staging = None
+
+    def __init__(self, array):
+        if isinstance(array, _Array):
+            array = _on_device(array, self._backend())
+        elif not isinstance(array, np.ndarray):
+            array = np.asarray(array)
+        if array.dtype == object:
+            raise InvalidArgumentError("object arrays have no gpubuf element type")
+        super().__init__(array)
+
+    @classmethod
+    def _backend(cls):
+        if cls.backend is None:
+            raise InvalidArgumentError("use buffer_prototype(backend).nd_buffer: this class has no backend")
+        return cls.backend
+
+    @classmethod
+    def create(cls, *, shape, dtype, order="C", fill_value=None):
+        """A new device array of ``shape`` and ``dtype`` in C or F ``order``, filled with
+        ``fill_value`` on the device (uninitialised when None)."""
+        out = cls.empty(tuple(shape), dtype, order)
+        if fill_value is not None:
+            out.fill(fill_value)
+        return out
+
+    @classmethod
+    def empty(cls, shape, dtype, order="C"):
+        """A new uninitialised device array (an F-order one is the transposed view of a
+        C-order array of the reversed shape)."""
+        if order not in ("C", "F"):
+            raise InvalidArgumentError(f"order is 'C' or 'F', not {order!r}")
+        shape = tuple(int(n) for n in shape)
+        if order == "F":
+            return cls(_Array.empty(shape[::-1], np.dtype(dtype), cls._backend()).transpose())
+        return cls(_Array.empty(shape, np.dtype(dtype), cls._backend()))
+
+    @classmethod
+    def from_numpy_array(cls, array_like):
+        """``array_like`` (anything ``numpy.asarray`` takes) uploaded to the device (on
+        the CPU backend a suitable numpy array is shared, as ``gpubuf.NDBuffer.from_numpy``)."""
+        return cls(_Array.from_numpy(np.asarray(array_like), cls._backend()))
+
+    def to_device(self):
+        """This buffer with its data on the device (itself when it is there already)."""
+        if isinstance(self._data, _Array):
+            return self
+        return self.from_numpy_array(self._data)
+
+    def on_device(self):
+        """Whether the data live in gpubuf memory (not a host numpy array)."""
+        return isinstance(self._data, _Array)
+
+    def as_numpy_array(self):
+        """The data as numpy: the host array itself, or a copy from the device."""
+        if isinstance(self._data, _Array):
+            return self._data.to_numpy()
+        return np.asarray(self._data)
+
+    def astype(self, dtype, order="K"):
+        """The data converted to ``dtype`` (on the host: a device array is read, converted
+        and uploaded again)."""
+        if isinstance(self._data, _Array):
+            if np.dtype(dtype) == self._data.dtype:
+                return self.copy()
+            return self.from_numpy_array(self._data.to_numpy().astype(dtype, order=order))
+        return self.__class__(self._data.astype(dtype, order=order))
+
+    def all_equal(self, other, equal_nan=True):
+        """Whether every element equals ``other`` with zarr's rules (NaN equals NaN when
+        ``equal_nan``; a float zero compares bit patterns, so -0.0 is not 0.0; None is
+        never equal). A device array is read to the host for the comparison."""
+        return core.NDBuffer(self.as_numpy_array()).all_equal(other, equal_nan=equal_nan)
+
+    def fill(self, value):
+        """Sets every element to ``value`` (on the device for a device array)."""
+        self._data.fill(value)
+
+    def __getitem__(self, key):
+        """The region ``key`` selects, as a view (basic indexing on a device array)."""
+        return self.__class__(self._data[key])
+
+    def __setitem__(self, key, value):
+        """Writes ``value`` (a zarr buffer, gpubuf or numpy array, or scalar) into the
+        region ``key`` selects: into a device array by one region copy or upload, into a
+        host array by numpy (reading a device value first)."""
+        value = _unwrap(value)
+        if isinstance(self._data, _Array):
+            if isinstance(value, _Array):
+                value = _on_device(value, self._data.backend)
+            self._data.set_region(key, value, self._staging)
+        else:
+            self._data[key] = value.to_numpy() if isinstance(value, _Array) else value
+
+
+_PROTOTYPES = {}
+
+
+def buffer_prototype(backend="cpu"):
+    """The ``zarr.core.buffer.BufferPrototype`` whose ``buffer`` and ``nd_buffer`` classes
+    keep data on ``backend`` (a name, ``"cpu"``, ``"opencl"`` or ``"cuda"``, or a
+    ``gpubuf.Backend``). Pass it as ``prototype=`` to zarr's ``get_basic_selection``,
+    ``set_basic_selection``, ``get_orthogonal_selection`` and friends.
+
+    The same name (or the same ``Backend`` object) gives the same prototype, whose classes
+    share one device and one ``MemoryPool`` for staging uploads. Raises
+    ``BackendUnavailableError`` when the backend cannot run here, ``InvalidArgumentError``
+    for an unknown name or another type.
+    """
+    if isinstance(backend, str):
+        key = backend.lower()
+        if key not in _PROTOTYPES:
+            _PROTOTYPES[key] = _make(Backend(key))
+        return _PROTOTYPES[key]
+    if isinstance(backend, Backend):
+        key = id(backend)
+        found = _PROTOTYPES.get(key)
+        if found is None or found[0] is not backend:
+            # The Backend is kept in the entry, so its id is not reused while cached.
+            found = (backend, _make(backend))
+            _PROTOTYPES[key] = found
+        return found[1]
+    raise InvalidArgumentError(f"a backend is a name or a gpubuf.Backend, not {type(backend).__name__}")
+
+
+def _make(backend):
+    staging = MemoryPool(backend)
+    ns = {"backend": backend, "_staging": staging, "__module__": __name__}
+    name = backend.name.capitalize()
+    buf = type(f"{name}Buffer", (Buffer,), dict(ns, __doc__=f"``Buffer`` on {backend.name}."))
+    nd = type(f"{name}NDBuffer", (NDBuffer,), dict(ns, __doc__=f"``NDBuffer`` on {backend.name}."))
+    return BufferPrototype(buffer=buf, nd_buffer=nd)

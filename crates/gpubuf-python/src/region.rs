@@ -1,0 +1,393 @@
+//! Basic indexing of `gpubuf.NDBuffer`: `a[key]` as a view (no copy) and `a[key] = value`
+//! as one region copy, numpy's rules for ints, slices (any step), `Ellipsis` and `None`.
+//!
+//! A view is a new [`Layout`] over the same buffer, checked by `Layout::new` and
+//! `NDBuffer::from_buffer_layout`, so no user number wraps on its way to a kernel. A
+//! numpy value is uploaded once: straight into the region when the region is contiguous,
+//! else into a staging array (from a pool when one is given) that one scatter plan
+//! writes into the region. A strided numpy value is gathered into C order on the host
+//! first; a scalar fills the region on the device.
+
+use crate::dtype::{dispatch, numpy_dtype, AnyArray, Wrap};
+use crate::errors::{invalid, unsupported_dtype, IntoPy};
+use crate::gil::GilAllocator;
+use crate::ndbuffer::PyNDBuffer;
+use gpubuf::ndarray::{ArrayView, ArrayViewD, IxDyn};
+use gpubuf::{
+    Backend as _, CopyPlan, Device, Error, Kernels as _, Layout, MemoryPool, NDBuffer, Order, Segment,
+};
+use numpy::{PyArrayDyn, PyArrayMethods, PyUntypedArray, PyUntypedArrayMethods};
+use pyo3::prelude::*;
+use pyo3::types::{IntoPyDict, PyEllipsis, PySlice, PySliceMethods, PyTuple};
+
+/// One item of a key, resolved against its axis.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Index {
+    /// An integer (already made non-negative and checked): the axis is dropped.
+    At(usize),
+    /// A slice: `len` elements from `start`, `step` apart.
+    Range {
+        /// First index taken.
+        start: usize,
+        /// Distance between taken indices (never 0).
+        step: isize,
+        /// Number of indices taken.
+        len: usize,
+    },
+    /// `None` (numpy's `newaxis`): a new axis of extent 1.
+    NewAxis,
+}
+
+fn out_of_bounds(axis: usize, i: i128, len: usize) -> PyErr {
+    let start = usize::try_from(i.unsigned_abs()).unwrap_or(usize::MAX);
+    Error::OutOfBounds { what: format!("index {i} on axis {axis}"), start, end: start.saturating_add(1), len }
+        .into_py_err()
+}
+
+trait IntoPyErr {
+    fn into_py_err(self) -> PyErr;
+}
+
+impl IntoPyErr for Error {
+    fn into_py_err(self) -> PyErr {
+        crate::errors::to_py(self)
+    }
+}
+
+/// Resolves `key` (an int, slice, `Ellipsis`, `None` or a tuple of them) against `shape`.
+///
+/// # Errors
+/// `OutOfBoundsError` for an integer outside its axis or more indices than axes;
+/// `InvalidArgumentError` for a second `Ellipsis`, a zero step, or anything else (lists,
+/// arrays and booleans: fancy indexing is not supported).
+pub fn parse_key(key: &Bound<'_, PyAny>, shape: &[usize]) -> PyResult<Vec<Index>> {
+    let items: Vec<Bound<'_, PyAny>> = match key.cast::<PyTuple>() {
+        Ok(t) => t.iter().collect(),
+        Err(_) => vec![key.clone()],
+    };
+    let consuming = items.iter().filter(|i| !i.is_none() && !i.is(PyEllipsis::get(key.py()))).count();
+    if consuming > shape.len() {
+        return Err(Error::OutOfBounds {
+            what: "indices (more than the array has axes)".into(),
+            start: 0,
+            end: consuming,
+            len: shape.len(),
+        }
+        .into_py_err());
+    }
+    let mut out = Vec::with_capacity(shape.len() + items.len());
+    let mut axis = 0;
+    let mut seen_ellipsis = false;
+    for item in &items {
+        if item.is_none() {
+            out.push(Index::NewAxis);
+        } else if item.is(PyEllipsis::get(key.py())) {
+            if seen_ellipsis {
+                return Err(invalid("an index can only have a single ellipsis ('...')"));
+            }
+            seen_ellipsis = true;
+            let skip = shape.len() - consuming;
+            for &n in &shape[axis..axis + skip] {
+                out.push(Index::Range { start: 0, step: 1, len: n });
+            }
+            axis += skip;
+        } else if let Ok(s) = item.cast::<PySlice>() {
+            out.push(slice_index(s, shape[axis])?);
+            axis += 1;
+        } else {
+            out.push(Index::At(int_index(item, axis, shape[axis])?));
+            axis += 1;
+        }
+    }
+    for &n in &shape[axis..] {
+        out.push(Index::Range { start: 0, step: 1, len: n });
+    }
+    Ok(out)
+}
+
+fn int_index(item: &Bound<'_, PyAny>, axis: usize, len: usize) -> PyResult<usize> {
+    let fancy = || invalid("only integers, slices, '...' and None are valid indices (no fancy indexing)");
+    if item.is_instance_of::<pyo3::types::PyBool>() || !item.hasattr("__index__")? {
+        return Err(fancy());
+    }
+    let i: i128 = item.call_method0("__index__")?.extract().map_err(|_| fancy())?;
+    let n = i128::try_from(len).map_err(|_| invalid("axis too long"))?;
+    let j = if i < 0 { i + n } else { i };
+    if !(0..n).contains(&j) {
+        return Err(out_of_bounds(axis, i, len));
+    }
+    usize::try_from(j).map_err(|_| out_of_bounds(axis, i, len))
+}
+
+fn slice_index(s: &Bound<'_, PySlice>, len: usize) -> PyResult<Index> {
+    let step = s.getattr("step")?;
+    if !step.is_none() && step.extract::<i128>().is_ok_and(|v| v == 0) {
+        return Err(invalid("slice step cannot be zero"));
+    }
+    let n = isize::try_from(len).map_err(|_| invalid("axis too long"))?;
+    let r = s.indices(n)?;
+    let count = r.slicelength;
+    let start = if count == 0 { 0 } else { usize::try_from(r.start).map_err(|_| invalid("slice start"))? };
+    Ok(Index::Range { start, step: r.step, len: count })
+}
+
+/// The view of `nd` that `items` (from [`parse_key`]) select.
+///
+/// # Errors
+/// [`Error::InvalidArgument`] when a stride or offset overflows; layout errors.
+pub fn view_of<T: gpubuf::Element>(
+    nd: &NDBuffer<Device, T>,
+    items: &[Index],
+) -> gpubuf::Result<NDBuffer<Device, T>> {
+    let overflow = || Error::invalid("the view's strides or offset do not fit");
+    let (mut shape, mut strides) = (Vec::with_capacity(items.len()), Vec::with_capacity(items.len()));
+    let mut offset = i128::try_from(nd.layout().offset()).map_err(|_| overflow())?;
+    let mut axis = 0;
+    let mut empty = false;
+    for &it in items {
+        let stride = || nd.strides().get(axis).copied().ok_or_else(overflow);
+        match it {
+            Index::At(i) => {
+                let step = i128::try_from(i).map_err(|_| overflow())?.checked_mul(stride()? as i128);
+                offset = offset.checked_add(step.ok_or_else(overflow)?).ok_or_else(overflow)?;
+                axis += 1;
+            }
+            Index::Range { start, step, len } => {
+                let s = stride()?;
+                if len > 0 {
+                    let at = i128::try_from(start).map_err(|_| overflow())?.checked_mul(s as i128);
+                    offset = offset.checked_add(at.ok_or_else(overflow)?).ok_or_else(overflow)?;
+                } else {
+                    empty = true;
+                }
+                shape.push(len);
+                strides.push(s.checked_mul(step).ok_or_else(overflow)?);
+                axis += 1;
+            }
+            Index::NewAxis => {
+                shape.push(1);
+                strides.push(0);
+            }
+        }
+    }
+    let offset =
+        if empty { nd.layout().offset() } else { usize::try_from(offset).map_err(|_| overflow())? };
+    let layout = Layout::new(shape, strides, offset)?;
+    NDBuffer::from_buffer_layout(nd.buffer().clone(), layout)
+}
+
+/// `a[key]`: the view `key` selects, sharing `array`'s memory.
+///
+/// # Errors
+/// As [`parse_key`] and [`view_of`].
+pub fn get(array: &AnyArray, key: &Bound<'_, PyAny>) -> PyResult<AnyArray> {
+    let items = parse_key(key, array.shape())?;
+    dispatch!(array, nd => view_of(nd, &items).map(Wrap::wrap).py())
+}
+
+/// `a[key] = value` (with `pool` for staging): a `gpubuf.NDBuffer` of the same dtype and
+/// shape is copied on the device; anything else goes through `numpy.asarray` in this
+/// array's dtype: a scalar fills the region, an array (broadcast to the region's shape) is
+/// uploaded.
+///
+/// # Errors
+/// As [`get`]; `DTypeMismatchError` for another gpubuf dtype, `ShapeMismatchError` when the
+/// value does not broadcast, `DeviceMismatchError` for an array or pool of another device;
+/// numpy's errors for a value it cannot convert; allocation and driver errors.
+pub fn set(
+    array: &AnyArray,
+    key: &Bound<'_, PyAny>,
+    value: &Bound<'_, PyAny>,
+    pool: Option<&MemoryPool<GilAllocator>>,
+) -> PyResult<()> {
+    let py = key.py();
+    let region = get(array, key)?;
+    if let Some(p) = pool {
+        if !p.allocator().device.same_device(array.device()) {
+            return Err(
+                Error::DeviceMismatch("the staging pool allocates on another device".into()).into_py_err()
+            );
+        }
+    }
+    if let Ok(src) = value.cast::<PyNDBuffer>() {
+        let src = src.get().array.clone();
+        if src.dtype() != region.dtype() {
+            return Err(Error::DTypeMismatch { expected: region.dtype(), got: src.dtype() }.into_py_err());
+        }
+        return py.detach(move || copy_between(&region, &src)).py();
+    }
+    let np = py.import("numpy")?;
+    let arr = np.call_method(
+        "asarray",
+        (value,),
+        Some(&[("dtype", numpy_dtype(py, region.dtype()))].into_py_dict(py)?),
+    )?;
+    let mut arr = arr.cast_into::<PyUntypedArray>()?;
+    if arr.ndim() > 0 && arr.shape() != region.shape() {
+        let b = np.call_method1("broadcast_to", (&arr, PyTuple::new(py, region.shape())?)).map_err(|_| {
+            Error::ShapeMismatch { expected: region.shape().to_vec(), got: arr.shape().to_vec() }
+                .into_py_err()
+        })?;
+        arr = b.cast_into::<PyUntypedArray>()?;
+    }
+    dispatch!(&region, nd => upload(nd, &arr, pool))
+}
+
+fn copy_between(dst: &AnyArray, src: &AnyArray) -> gpubuf::Result<()> {
+    macro_rules! arm {
+        ($($v:ident),*) => {
+            match (dst, src) {
+                $((AnyArray::$v(d), AnyArray::$v(s)) => d.copy_from(s),)*
+                _ => Err(Error::DTypeMismatch { expected: dst.dtype(), got: src.dtype() }),
+            }
+        };
+    }
+    arm!(U8, I32, U32, I64, F16, F32, F64)
+}
+
+/// Writes the numpy array (or 0-d scalar) `arr` of `T` into the view `region`.
+fn upload<T: Wrap>(
+    region: &NDBuffer<Device, T>,
+    arr: &Bound<'_, PyUntypedArray>,
+    pool: Option<&MemoryPool<GilAllocator>>,
+) -> PyResult<()> {
+    let typed = arr.cast::<PyArrayDyn<T>>().map_err(|_| unsupported_dtype("value"))?;
+    let ro = typed.readonly();
+    let host = ro.as_array();
+    if host.ndim() == 0 {
+        let v = host.first().copied().ok_or_else(|| invalid("an empty scalar"))?;
+        return arr.py().detach(|| region.fill(v)).py();
+    }
+    arr.py().detach(|| write_region(region, host, pool)).py()
+}
+
+/// Uploads `host` (the region's shape) into `region`: one write when the region is
+/// contiguous, else one write into staging and one scatter plan.
+///
+/// # Errors
+/// [`Error::OutOfMemory`] when the host cannot hold a gathered copy; allocation, plan and
+/// driver errors.
+pub fn write_region<T: gpubuf::Element>(
+    region: &NDBuffer<Device, T>,
+    host: ArrayViewD<'_, T>,
+    pool: Option<&MemoryPool<GilAllocator>>,
+) -> gpubuf::Result<()> {
+    if region.shape() != host.shape() {
+        return Err(Error::ShapeMismatch { expected: region.shape().to_vec(), got: host.shape().to_vec() });
+    }
+    if region.size() == 0 {
+        return Ok(());
+    }
+    let gathered;
+    let dense = if host.is_standard_layout() {
+        host
+    } else {
+        gathered = c_order(&host)?;
+        ArrayView::from_shape(IxDyn(host.shape()), &gathered).map_err(|e| Error::invalid(e.to_string()))?
+    };
+    if region.is_c_contiguous() {
+        return region.write_ndarray(dense);
+    }
+    let device = region.backend();
+    let staging: NDBuffer<Device, T> = match pool {
+        Some(p) => p.empty(device, region.shape(), Order::C)?,
+        None => NDBuffer::empty(device, region.shape(), Order::C)?,
+    };
+    staging.write_ndarray(dense)?;
+    let storage_len = region.buffer().len() / T::DTYPE.size();
+    let plan = CopyPlan::new(vec![storage_len], region.size(), Segment::from_layout(0, region.layout(), 0)?)?;
+    plan.check_scatter()?;
+    let prepared = device.prepare(&plan, T::DTYPE)?;
+    device.scatter(device.default_stream(), &prepared, staging.storage(), &[region.storage()])
+}
+
+/// The elements of `view` in C order, or [`Error::OutOfMemory`] (never an abort).
+fn c_order<T: Copy + Default>(view: &ArrayViewD<'_, T>) -> gpubuf::Result<Vec<T>> {
+    let n = view.len();
+    let mut v = Vec::new();
+    v.try_reserve_exact(n).map_err(|_| Error::OutOfMemory {
+        requested: n.saturating_mul(std::mem::size_of::<T>()),
+        available: None,
+        pool: None,
+    })?;
+    v.resize(n, T::default());
+    let mut out = gpubuf::ndarray::ArrayViewMut::from_shape(IxDyn(view.shape()), &mut v[..])
+        .map_err(|e| Error::invalid(e.to_string()))?;
+    out.assign(view);
+    Ok(v)
+}
+
+/// `shape` with at most one `-1` resolved against `size` elements.
+///
+/// # Errors
+/// `InvalidArgumentError` for a second `-1` or another negative extent;
+/// `ShapeMismatchError` when no extent makes the sizes agree.
+pub fn resolve_shape(shape: &[i128], size: usize, from: &[usize]) -> PyResult<Vec<usize>> {
+    let mismatch = || {
+        let got = shape.iter().map(|&n| usize::try_from(n).unwrap_or(usize::MAX)).collect();
+        Error::ShapeMismatch { expected: from.to_vec(), got }.into_py_err()
+    };
+    let mut known: usize = 1;
+    let mut unknown = None;
+    for (k, &n) in shape.iter().enumerate() {
+        if n == -1 && unknown.is_none() {
+            unknown = Some(k);
+        } else {
+            let n = usize::try_from(n).map_err(|_| invalid(format!("extent {n} in a reshape")))?;
+            known = known.checked_mul(n).ok_or_else(mismatch)?;
+        }
+    }
+    let mut out: Vec<usize> = shape.iter().map(|&n| usize::try_from(n).unwrap_or(0)).collect();
+    if let Some(k) = unknown {
+        if known == 0 || size % known != 0 {
+            return Err(mismatch());
+        }
+        out[k] = size / known;
+    } else if known != size {
+        return Err(mismatch());
+    }
+    Ok(out)
+}
+
+/// The bytes of a C-contiguous `array` seen as `dtype` (numpy's `view(dtype)`): the last
+/// axis scales by the ratio of the element sizes; no copy.
+///
+/// # Errors
+/// `InvalidArgumentError` when the array is not C-contiguous or its last axis's bytes do
+/// not divide into the new elements (a 0-d array needs equal sizes); layout errors.
+pub fn reinterpret(array: &AnyArray, dtype: gpubuf::DType) -> PyResult<AnyArray> {
+    let from = array.dtype().size();
+    let to = dtype.size();
+    let shape = array.shape();
+    let mut new_shape = shape.to_vec();
+    match new_shape.last_mut() {
+        Some(last) => {
+            let bytes = last.checked_mul(from).ok_or_else(|| invalid("the last axis is too long"))?;
+            if bytes % to != 0 {
+                return Err(invalid(format!(
+                    "the last axis ({bytes} bytes) does not divide into {to}-byte elements"
+                )));
+            }
+            *last = bytes / to;
+        }
+        None if from != to => {
+            return Err(invalid("a 0-d array can only be viewed as a dtype of the same size"))
+        }
+        None => {}
+    }
+    dispatch!(array, nd => {
+        if !nd.is_c_contiguous() && nd.size() > 0 {
+            return Err(invalid("view(dtype) needs a C-contiguous array (copy() it first)"));
+        }
+        let (start, end) = if nd.size() == 0 {
+            (0, 0)
+        } else {
+            let start = nd.layout().offset().checked_mul(from).ok_or_else(|| invalid("offset"))?;
+            (start, start.checked_add(nd.nbytes()).ok_or_else(|| invalid("offset"))?)
+        };
+        let bytes = nd.buffer().slice(start..end).py()?;
+        crate::dtype::with_dtype!(dtype, U => {
+            NDBuffer::<Device, U>::from_buffer(bytes, &new_shape, Order::C).map(U::wrap).py()
+        })
+    })
+}
