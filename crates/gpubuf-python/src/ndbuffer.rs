@@ -234,7 +234,7 @@ impl PyNDBuffer {
             }
             _ => shape.extract()?,
         };
-        let new = crate::region::resolve_shape(&dims, self.size(), self.array.shape())?;
+        let new = crate::reshape::resolve_shape(&dims, self.size(), self.array.shape())?;
         let array = self.array.clone();
         let array = py.detach(move || dispatch!(array, nd => nd.reshape(&new).map(Wrap::wrap))).py()?;
         Ok(PyNDBuffer { array })
@@ -263,7 +263,7 @@ impl PyNDBuffer {
     /// not divide into the new elements; ``DTypeMismatchError`` for a dtype gpubuf lacks.
     fn view(&self, dtype: &Bound<'_, PyAny>) -> PyResult<Self> {
         let d = parse_dtype(dtype)?;
-        Ok(PyNDBuffer { array: crate::region::reinterpret(&self.array, d)? })
+        Ok(PyNDBuffer { array: crate::reshape::reinterpret(&self.array, d)? })
     }
 
     /// The extents, as a tuple.

@@ -4,8 +4,8 @@
 //! A view is a new [`Layout`] over the same buffer, checked by `Layout::new` and
 //! `NDBuffer::from_buffer_layout`, so no user number wraps on its way to a kernel. A
 //! numpy value is uploaded once: straight into the region when the region is contiguous,
-//! else into a staging array (from a pool when one is given) that one scatter plan
-//! writes into the region. A strided numpy value is gathered into C order on the host
+//! else into a staging array (from a pool when one is given) that one plan moves into the
+//! region: a gather of its rows ([`row_plan`]) when they are contiguous, else a scatter. A strided numpy value is gathered into C order on the host
 //! first; a scalar fills the region on the device.
 
 use crate::dtype::{dispatch, numpy_dtype, AnyArray, Wrap};
@@ -110,7 +110,7 @@ fn int_index(item: &Bound<'_, PyAny>, axis: usize, len: usize) -> PyResult<usize
     if item.is_instance_of::<pyo3::types::PyBool>() || !item.hasattr("__index__")? {
         return Err(fancy());
     }
-    let i: i128 = item.call_method0("__index__")?.extract().map_err(|_| fancy())?;
+    let i: i128 = item.call_method0("__index__").and_then(|i| i.extract()).map_err(|_| fancy())?;
     let n = i128::try_from(len).map_err(|_| invalid("axis too long"))?;
     let j = if i < 0 { i + n } else { i };
     if !(0..n).contains(&j) {
@@ -295,10 +295,68 @@ pub fn write_region<T: gpubuf::Element>(
     };
     staging.write_ndarray(dense)?;
     let storage_len = region.buffer().len() / T::DTYPE.size();
+    let stream = device.default_stream();
+    if let Some(plan) = row_plan(region.layout(), storage_len)? {
+        let prepared = device.prepare(&plan, T::DTYPE)?;
+        return device.gather(stream, &prepared, &[staging.storage()], region.storage());
+    }
     let plan = CopyPlan::new(vec![storage_len], region.size(), Segment::from_layout(0, region.layout(), 0)?)?;
     plan.check_scatter()?;
     let prepared = device.prepare(&plan, T::DTYPE)?;
-    device.scatter(device.default_stream(), &prepared, staging.storage(), &[region.storage()])
+    device.scatter(stream, &prepared, staging.storage(), &[region.storage()])
+}
+
+/// Shortest row [`row_plan`] takes: shorter rows make a plan of more segments than it saves.
+const MIN_ROW: usize = 64;
+
+/// The region `layout` (non-empty, in a storage of `storage_len` elements) as a gather
+/// plan from a C-order staging array (source 0) into the storage (the buffer): one
+/// segment per row, a row being the innermost axes the region holds densely (stride 1).
+/// A gather's buffer ranges are checked disjoint per segment, where a scatter checks every
+/// element. `None` when the innermost stride is not 1 or rows are shorter than [`MIN_ROW`].
+///
+/// # Errors
+/// [`Error::InvalidArgument`] when an offset overflows; plan errors.
+pub fn row_plan(layout: &Layout, storage_len: usize) -> gpubuf::Result<Option<CopyPlan>> {
+    let (shape, strides) = (layout.shape(), layout.strides());
+    if shape.is_empty() || strides.last() != Some(&1) {
+        return Ok(None);
+    }
+    // Fold the innermost axes that are contiguous with each other into one row.
+    let mut inner = shape.len() - 1;
+    let mut row = shape[inner];
+    while inner > 0 && isize::try_from(row).ok() == Some(strides[inner - 1]) {
+        inner -= 1;
+        row = row.checked_mul(shape[inner]).ok_or_else(|| Error::invalid("row length"))?;
+    }
+    if row < MIN_ROW {
+        return Ok(None);
+    }
+    let outer = &shape[..inner];
+    let rows: usize = outer.iter().product();
+    let overflow = || Error::invalid("the region's offsets do not fit");
+    let mut segments = Vec::with_capacity(rows);
+    let mut index = vec![0usize; outer.len()];
+    for r in 0..rows {
+        let mut at = isize::try_from(layout.offset()).map_err(|_| overflow())?;
+        for (k, &i) in index.iter().enumerate() {
+            let step =
+                isize::try_from(i).ok().and_then(|i| i.checked_mul(strides[k])).ok_or_else(overflow)?;
+            at = at.checked_add(step).ok_or_else(overflow)?;
+        }
+        let dst = usize::try_from(at).map_err(|_| overflow())?;
+        let src = r.checked_mul(row).ok_or_else(overflow)?;
+        segments.push(Segment::new(0, src, &[(row, 1)], dst)?);
+        for k in (0..outer.len()).rev() {
+            index[k] += 1;
+            if index[k] < outer[k] {
+                break;
+            }
+            index[k] = 0;
+        }
+    }
+    let staged = rows.checked_mul(row).ok_or_else(overflow)?;
+    CopyPlan::new(vec![staged], storage_len, segments).map(Some)
 }
 
 /// The elements of `view` in C order, or [`Error::OutOfMemory`] (never an abort).
@@ -315,79 +373,4 @@ fn c_order<T: Copy + Default>(view: &ArrayViewD<'_, T>) -> gpubuf::Result<Vec<T>
         .map_err(|e| Error::invalid(e.to_string()))?;
     out.assign(view);
     Ok(v)
-}
-
-/// `shape` with at most one `-1` resolved against `size` elements.
-///
-/// # Errors
-/// `InvalidArgumentError` for a second `-1` or another negative extent;
-/// `ShapeMismatchError` when no extent makes the sizes agree.
-pub fn resolve_shape(shape: &[i128], size: usize, from: &[usize]) -> PyResult<Vec<usize>> {
-    let mismatch = || {
-        let got = shape.iter().map(|&n| usize::try_from(n).unwrap_or(usize::MAX)).collect();
-        Error::ShapeMismatch { expected: from.to_vec(), got }.into_py_err()
-    };
-    let mut known: usize = 1;
-    let mut unknown = None;
-    for (k, &n) in shape.iter().enumerate() {
-        if n == -1 && unknown.is_none() {
-            unknown = Some(k);
-        } else {
-            let n = usize::try_from(n).map_err(|_| invalid(format!("extent {n} in a reshape")))?;
-            known = known.checked_mul(n).ok_or_else(mismatch)?;
-        }
-    }
-    let mut out: Vec<usize> = shape.iter().map(|&n| usize::try_from(n).unwrap_or(0)).collect();
-    if let Some(k) = unknown {
-        if known == 0 || size % known != 0 {
-            return Err(mismatch());
-        }
-        out[k] = size / known;
-    } else if known != size {
-        return Err(mismatch());
-    }
-    Ok(out)
-}
-
-/// The bytes of a C-contiguous `array` seen as `dtype` (numpy's `view(dtype)`): the last
-/// axis scales by the ratio of the element sizes; no copy.
-///
-/// # Errors
-/// `InvalidArgumentError` when the array is not C-contiguous or its last axis's bytes do
-/// not divide into the new elements (a 0-d array needs equal sizes); layout errors.
-pub fn reinterpret(array: &AnyArray, dtype: gpubuf::DType) -> PyResult<AnyArray> {
-    let from = array.dtype().size();
-    let to = dtype.size();
-    let shape = array.shape();
-    let mut new_shape = shape.to_vec();
-    match new_shape.last_mut() {
-        Some(last) => {
-            let bytes = last.checked_mul(from).ok_or_else(|| invalid("the last axis is too long"))?;
-            if bytes % to != 0 {
-                return Err(invalid(format!(
-                    "the last axis ({bytes} bytes) does not divide into {to}-byte elements"
-                )));
-            }
-            *last = bytes / to;
-        }
-        None if from != to => {
-            return Err(invalid("a 0-d array can only be viewed as a dtype of the same size"))
-        }
-        None => {}
-    }
-    dispatch!(array, nd => {
-        if !nd.is_c_contiguous() && nd.size() > 0 {
-            return Err(invalid("view(dtype) needs a C-contiguous array (copy() it first)"));
-        }
-        let (start, end) = if nd.size() == 0 {
-            (0, 0)
-        } else {
-            let start = nd.layout().offset().checked_mul(from).ok_or_else(|| invalid("offset"))?;
-            (start, start.checked_add(nd.nbytes()).ok_or_else(|| invalid("offset"))?)
-        };
-        let bytes = nd.buffer().slice(start..end).py()?;
-        crate::dtype::with_dtype!(dtype, U => {
-            NDBuffer::<Device, U>::from_buffer(bytes, &new_shape, Order::C).map(U::wrap).py()
-        })
-    })
 }
