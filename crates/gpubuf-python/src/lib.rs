@@ -12,7 +12,7 @@
 //! while the device allocates), [`halo`], [`halo_args`] and [`halo_run`] (pace-util's halo
 //! API), [`cuda`] (the CUDA array interface), [`bufferizer`] (dolphin's `Bufferizer`),
 //! [`mirror`] (glumpy's `GPUData` as `Mirror`), [`region`] (basic indexing and region
-//! uploads of `NDBuffer`), [`reshape`] (its reshapes and dtype views), [`mod@bench`] (the benchmark's Rust-side
+//! uploads of `NDBuffer`, with [`region_plan`], the row gather and its plan cache), [`reshape`] (its reshapes and dtype views), [`mod@bench`] (the benchmark's Rust-side
 //! loops). Later components add a file and a line to the module function
 //! (`gpubuf_module`) below.
 //!
@@ -42,6 +42,7 @@ pub mod mirror;
 pub mod ndbuffer;
 pub mod pool;
 pub mod region;
+pub mod region_plan;
 pub mod reshape;
 
 use pyo3::prelude::*;

@@ -5,7 +5,8 @@
 //! `NDBuffer::from_buffer_layout`, so no user number wraps on its way to a kernel. A
 //! numpy value is uploaded once: straight into the region when the region is contiguous,
 //! else into a staging array (from a pool when one is given) that one plan moves into the
-//! region: a gather of its rows ([`row_plan`]) when they are contiguous, else a scatter. A strided numpy value is gathered into C order on the host
+//! region: a gather of its rows ([`crate::region_plan`]) when they are contiguous, else a
+//! scatter. A strided numpy value is gathered into C order on the host
 //! first; a scalar fills the region on the device.
 
 use crate::dtype::{dispatch, numpy_dtype, AnyArray, Wrap};
@@ -294,69 +295,15 @@ pub fn write_region<T: gpubuf::Element>(
         None => NDBuffer::empty(device, region.shape(), Order::C)?,
     };
     staging.write_ndarray(dense)?;
+    if crate::region_plan::gather_rows(region, &staging)? {
+        return Ok(());
+    }
     let storage_len = region.buffer().len() / T::DTYPE.size();
     let stream = device.default_stream();
-    if let Some(plan) = row_plan(region.layout(), storage_len)? {
-        let prepared = device.prepare(&plan, T::DTYPE)?;
-        return device.gather(stream, &prepared, &[staging.storage()], region.storage());
-    }
     let plan = CopyPlan::new(vec![storage_len], region.size(), Segment::from_layout(0, region.layout(), 0)?)?;
     plan.check_scatter()?;
     let prepared = device.prepare(&plan, T::DTYPE)?;
     device.scatter(stream, &prepared, staging.storage(), &[region.storage()])
-}
-
-/// Shortest row [`row_plan`] takes: shorter rows make a plan of more segments than it saves.
-const MIN_ROW: usize = 64;
-
-/// The region `layout` (non-empty, in a storage of `storage_len` elements) as a gather
-/// plan from a C-order staging array (source 0) into the storage (the buffer): one
-/// segment per row, a row being the innermost axes the region holds densely (stride 1).
-/// A gather's buffer ranges are checked disjoint per segment, where a scatter checks every
-/// element. `None` when the innermost stride is not 1 or rows are shorter than [`MIN_ROW`].
-///
-/// # Errors
-/// [`Error::InvalidArgument`] when an offset overflows; plan errors.
-pub fn row_plan(layout: &Layout, storage_len: usize) -> gpubuf::Result<Option<CopyPlan>> {
-    let (shape, strides) = (layout.shape(), layout.strides());
-    if shape.is_empty() || strides.last() != Some(&1) {
-        return Ok(None);
-    }
-    // Fold the innermost axes that are contiguous with each other into one row.
-    let mut inner = shape.len() - 1;
-    let mut row = shape[inner];
-    while inner > 0 && isize::try_from(row).ok() == Some(strides[inner - 1]) {
-        inner -= 1;
-        row = row.checked_mul(shape[inner]).ok_or_else(|| Error::invalid("row length"))?;
-    }
-    if row < MIN_ROW {
-        return Ok(None);
-    }
-    let outer = &shape[..inner];
-    let rows: usize = outer.iter().product();
-    let overflow = || Error::invalid("the region's offsets do not fit");
-    let mut segments = Vec::with_capacity(rows);
-    let mut index = vec![0usize; outer.len()];
-    for r in 0..rows {
-        let mut at = isize::try_from(layout.offset()).map_err(|_| overflow())?;
-        for (k, &i) in index.iter().enumerate() {
-            let step =
-                isize::try_from(i).ok().and_then(|i| i.checked_mul(strides[k])).ok_or_else(overflow)?;
-            at = at.checked_add(step).ok_or_else(overflow)?;
-        }
-        let dst = usize::try_from(at).map_err(|_| overflow())?;
-        let src = r.checked_mul(row).ok_or_else(overflow)?;
-        segments.push(Segment::new(0, src, &[(row, 1)], dst)?);
-        for k in (0..outer.len()).rev() {
-            index[k] += 1;
-            if index[k] < outer[k] {
-                break;
-            }
-            index[k] = 0;
-        }
-    }
-    let staged = rows.checked_mul(row).ok_or_else(overflow)?;
-    CopyPlan::new(vec![staged], storage_len, segments).map(Some)
 }
 
 /// The elements of `view` in C order, or [`Error::OutOfMemory`] (never an abort).

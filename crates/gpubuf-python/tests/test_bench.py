@@ -53,6 +53,13 @@ def test_pool_report_from_the_command_line(backend):
             assert names[f"vs_pyopencl/{size}"]["unit"] == "ns"
 
 
+def test_zarr_report(backend):
+    pytest.importorskip("zarr")
+    r = bench.run("zarr", backend.name, reps=1, quick=True)
+    names = check_report(r, "zarr", backend.name)
+    assert set(names) == {"read_gbps"} and names["read_gbps"]["unit"] == "GB/s"
+
+
 def test_bad_arguments():
     with pytest.raises(ValueError):
         bench.run("nope")

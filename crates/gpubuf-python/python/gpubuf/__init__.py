@@ -4,7 +4,9 @@ glumpy's GPUData as ``Mirror``) on CPU, OpenCL and CUDA.
 
 The classes and functions live in the native module ``gpubuf._gpubuf`` and are
 re-exported here, so ``gpubuf.NDBuffer`` and ``gpubuf.MemoryPool`` are what they were.
-``python -m gpubuf.bench halo|pool`` runs the Python benchmarks (docs/python.md).
+``gpubuf.zarr`` (imported on its own, it needs zarr-python 3) is zarr's buffer prototype
+over gpubuf arrays. ``python -m gpubuf.bench halo|pool|zarr`` runs the Python benchmarks
+(docs/python.md).
 """
 
 from ._gpubuf import (

@@ -160,6 +160,27 @@ class NDBuffer:
         """The device memory of an object with ``__cuda_array_interface__`` on ``backend``
         (default: the default CUDA device), without a copy; keeps ``obj`` alive."""
     def __len__(self) -> int: ...
+    def __getitem__(self, key: Any) -> NDBuffer:
+        """A view (numpy's basic indexing: ints, slices with any step, ``...``, None);
+        OutOfBoundsError for an index outside its axis, InvalidArgumentError for fancy
+        indices (lists, arrays, booleans), a zero step or a second ``...``."""
+    def __setitem__(self, key: Any, value: Any) -> None:
+        """``set_region(key, value)`` with a fresh staging array."""
+    def set_region(self, key: Any, value: Any, pool: Optional[MemoryPool] = None) -> None:
+        """Writes ``value`` into the region ``key`` selects: an NDBuffer of the same dtype
+        and shape is copied on the device; a scalar fills the region; a numpy array (in
+        this dtype, broadcast to the region) is uploaded once, straight into a contiguous
+        region, else into staging (from ``pool`` when given) moved by one plan."""
+    def fill(self, value: Any) -> None:
+        """Sets every element to ``value`` on the device."""
+    def reshape(self, *shape: Union[int, Sequence[int]]) -> NDBuffer:
+        """Another shape (one extent may be -1): a view when C-contiguous, else a copy."""
+    def ravel(self) -> NDBuffer:
+        """1-d: a view when C-contiguous, else a C-order copy."""
+    def transpose(self, axes: Optional[Sequence[int]] = None) -> NDBuffer:
+        """A view with the axes permuted (None reverses them)."""
+    def view(self, dtype: _DType) -> NDBuffer:
+        """The bytes of a C-contiguous array seen as ``dtype`` (the last axis scales)."""
 
 _Hook = Optional[Callable[["Bufferizer"], Any]]
 

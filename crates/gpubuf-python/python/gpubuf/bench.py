@@ -1,7 +1,7 @@
-"""``python -m gpubuf.bench halo|pool``: gpubuf's Python API timed against the Rust API
-doing the same work without Python in the loop, and against the Python libraries it
-stands in for (pace-util's numpy halo transformer, pyopencl's ``MemoryPool``), measured in
-the same process. With ``--json`` it prints one line of the same shape as
+"""``python -m gpubuf.bench halo|pool|zarr``: gpubuf's Python API timed against the Rust
+API doing the same work without Python in the loop, and against the Python libraries it
+stands in for (pace-util's numpy halo transformer, pyopencl's ``MemoryPool``, zarr-python
+reading into numpy), measured in the same process. With ``--json`` it prints one line of the same shape as
 ``gpubuf bench <name> --json``::
 
     {"bench", "backend", "device", "results": [{"name", "value", "unit", "baseline", "ratio"}]}
@@ -239,7 +239,50 @@ def bench_pool(backend, reps=15, quick=False):
     return out
 
 
-BENCHES = {"halo": bench_halo, "pool": bench_pool}
+ZARR_SHAPE, ZARR_CHUNKS = (4096, 4096), (512, 1024)
+
+
+def bench_zarr(backend, reps=15, quick=False):
+    """The zarr figure on ``backend``: ``read_gbps``, a region of a float32 array (64 MiB;
+    4 MiB with ``quick``) in a local-directory store (2 MiB chunks, zarr's default zstd
+    compressor, the files in the page cache after writing) read through
+    ``gpubuf.zarr.buffer_prototype(backend)`` into a device array, against the same
+    region read into numpy by zarr's default prototype: same process, same store,
+    interleaved, the median of ``reps`` after two warm-up rounds. The region leaves out
+    a margin, so edge chunks are read in part."""
+    import tempfile
+
+    import zarr
+
+    from .zarr import buffer_prototype
+
+    shape, chunks = ZARR_SHAPE, ZARR_CHUNKS
+    if quick:
+        shape, chunks = (1024, 1024), (256, 256)
+    y, x = np.meshgrid(np.linspace(0, 40, shape[0]), np.linspace(0, 30, shape[1]), indexing="ij")
+    data = (np.sin(x) * np.cos(y) * 100).astype(np.float32)
+    sel = (slice(37, shape[0] - 29), slice(101, shape[1] - 6))
+    nbytes = data[sel].nbytes
+    proto = buffer_prototype(backend)
+    with tempfile.TemporaryDirectory() as tmp:
+        z = zarr.create_array(f"{tmp}/bench.zarr", shape=shape, chunks=chunks, dtype="float32")
+        z[...] = data
+        m = _Median()
+        for rnd in range(reps + 2):
+            t0 = time.perf_counter()
+            host = z.get_basic_selection(sel)
+            t1 = time.perf_counter()
+            dev = z.get_basic_selection(sel, prototype=proto)
+            backend.synchronize()
+            t2 = time.perf_counter()
+            if rnd >= 2:
+                m.add("numpy", t1 - t0)
+                m.add("gpubuf", t2 - t1)
+            del host, dev
+    return [_entry("read_gbps", m.gbps("gpubuf", nbytes), "GB/s", m.gbps("numpy", nbytes))]
+
+
+BENCHES = {"halo": bench_halo, "pool": bench_pool, "zarr": bench_zarr}
 
 
 def run(name, backend="cpu", reps=15, quick=False):
@@ -265,7 +308,7 @@ def _table(report):
 
 
 def main(argv=None):
-    """The command line: ``python -m gpubuf.bench halo|pool [--backend B] [--json]
+    """The command line: ``python -m gpubuf.bench halo|pool|zarr [--backend B] [--json]
     [--reps N] [--quick]``."""
     p = argparse.ArgumentParser(prog="python -m gpubuf.bench", description=__doc__.split("\n\n")[0])
     p.add_argument("name", choices=sorted(BENCHES))
