@@ -85,7 +85,7 @@ pub fn gather_rows<T: Element>(region: &NDBuffer<Device, T>, staging: &NDBuffer<
 }
 
 /// Shortest row [`row_plan`] takes: shorter rows make a plan of more segments than it saves.
-const MIN_ROW: usize = 64;
+pub const MIN_ROW: usize = 64;
 
 /// The region `layout` (non-empty, in a storage of `storage_len` elements) as a gather
 /// plan from a C-order staging array (source 0) into the storage (the buffer): one

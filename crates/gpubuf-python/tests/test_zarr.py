@@ -146,6 +146,15 @@ def test_buffer_prototype_arguments(backend):
         gz.NDBuffer.create(shape=(2,), dtype="float32")  # the base class has no backend
 
 
+def test_named_prototypes_pickle(backend):
+    import pickle
+
+    p = gz.buffer_prototype(backend.name)
+    assert pickle.loads(pickle.dumps(p)) == p
+    with pytest.raises((pickle.PicklingError, AttributeError, TypeError)):
+        pickle.dumps(gz.buffer_prototype(backend))
+
+
 @pytest.mark.skipif("cuda" in gpubuf.available_backends(), reason="CUDA can run here")
 def test_unavailable_backend():
     with pytest.raises(gpubuf.BackendUnavailableError):
@@ -192,6 +201,11 @@ def test_ndbuffer_api(backend):
     assert f.as_ndarray_like().strides == (4, 12) and f.all_equal(0)
     e = N.empty((2, 3), "float64")
     assert e.shape == (2, 3) and e.on_device()
+    active = N.pool.active_blocks  # device arrays come from the prototype's pool
+    x = N.empty((100,), "float32")
+    assert N.pool.active_blocks == active + 1
+    del x
+    assert N.pool.active_blocks == active
     ref = np.arange(20, dtype=np.float32).reshape(4, 5)
     b = N.from_numpy_array(ref)
     assert b.on_device()

@@ -10,9 +10,10 @@ zarr read regions into, and write them from, ``gpubuf.NDBuffer`` arrays on any b
 Decoding stays on the host, where zarr's codecs run: chunk bytes (``Buffer``) are numpy
 arrays, and a decoded chunk is a host-resident ``NDBuffer`` until zarr writes it into its
 region of the output array (``out[region] = chunk``), which uploads it once, straight into
-that region (``gpubuf.NDBuffer.set_region``, staged through a pool of the device when the
-region is not contiguous). Writes take the way back: regions of a gpubuf array are copied
-into new chunks on the device and read back once for encoding.
+that region (``gpubuf.NDBuffer.set_region``, staged through the prototype's ``pool`` when
+the region is not contiguous). Device arrays come from that pool too. Writes take the way
+back: a missing chunk is made on the device and the value's region copied in, a stored
+one is decoded and merged on the host; chunks are read back once for encoding.
 
 Every ``NDBuffer`` and ``Buffer`` holds either a numpy array (host) or a
 ``gpubuf.NDBuffer`` of the prototype's device (``as_ndarray_like()`` / ``as_array_like()``
@@ -48,10 +49,11 @@ def _unwrap(value):
 class Buffer(core.Buffer):
     """zarr's flat byte buffer over gpubuf: a 1-d uint8 numpy array (host, as chunk bytes
     read from a store are) or a 1-d uint8 ``gpubuf.NDBuffer`` of ``backend``. Use the
-    class ``buffer_prototype(backend).buffer``; this base class has no backend."""
+    class ``buffer_prototype(backend).buffer``; this base class has no backend.
+    ``pool`` is the prototype's ``MemoryPool`` (staging of uploads, device arrays)."""
 
     backend = None
-    _staging = None
+    pool = None
 
     def __init__(self, array_like):
         if isinstance(array_like, _Array):
@@ -96,7 +98,7 @@ class Buffer(core.Buffer):
         core.check_item_key_is_1d_contiguous(key)
         value = _unwrap(value)
         if isinstance(self._data, _Array):
-            self._data.set_region(key, value, self._staging)
+            self._data.set_region(key, value, self.pool)
         else:
             self._data[key] = value.to_numpy() if isinstance(value, _Array) else value
 
@@ -110,12 +112,12 @@ class Buffer(core.Buffer):
         if not any(isinstance(p, _Array) for p in parts):
             return self.__class__(np.concatenate(parts))
         backend = self._backend()
-        out = _Array.empty(sum(p.size for p in parts), "uint8", backend)
+        out = self.pool.empty(sum(p.size for p in parts), "uint8")
         at = 0
         for p in parts:
             if isinstance(p, _Array):
                 p = _on_device(p, backend)
-            out.set_region(slice(at, at + p.size), p, self._staging)
+            out.set_region(slice(at, at + p.size), p, self.pool)
             at += p.size
         return self.__class__(out)
 
@@ -124,10 +126,12 @@ class NDBuffer(core.NDBuffer):
     """zarr's n-d buffer over gpubuf: a ``gpubuf.NDBuffer`` of ``backend`` (what
     ``create``, ``empty`` and ``from_numpy_array`` make, and what zarr reads into), or a
     numpy array (a decoded chunk on its way into a device array). Use the class
-    ``buffer_prototype(backend).nd_buffer``; this base class has no backend."""
+    ``buffer_prototype(backend).nd_buffer``; this base class has no backend.
+    ``pool`` is the prototype's ``MemoryPool``: device arrays come from it (as CuPy's
+    come from its pool in zarr's own GPU prototype), and uploads stage through it."""
 
     backend = None
-    _staging = None
+    pool = None
 
     def __init__(self, array):
         if isinstance(array, _Array):
@@ -155,14 +159,16 @@ class NDBuffer(core.NDBuffer):
 
     @classmethod
     def empty(cls, shape, dtype, order="C"):
-        """A new uninitialised device array (an F-order one is the transposed view of a
-        C-order array of the reversed shape)."""
+        """A new uninitialised device array from the prototype's ``pool`` (its block
+        returns to the pool when the array and its views are gone; an F-order one is the
+        transposed view of a C-order array of the reversed shape)."""
         if order not in ("C", "F"):
             raise InvalidArgumentError(f"order is 'C' or 'F', not {order!r}")
         shape = tuple(int(n) for n in shape)
+        cls._backend()
         if order == "F":
-            return cls(_Array.empty(shape[::-1], np.dtype(dtype), cls._backend()).transpose())
-        return cls(_Array.empty(shape, np.dtype(dtype), cls._backend()))
+            return cls(cls.pool.empty(shape[::-1], np.dtype(dtype)).transpose())
+        return cls(cls.pool.empty(shape, np.dtype(dtype)))
 
     @classmethod
     def from_numpy_array(cls, array_like):
@@ -217,7 +223,7 @@ class NDBuffer(core.NDBuffer):
         if isinstance(self._data, _Array):
             if isinstance(value, _Array):
                 value = _on_device(value, self._data.backend)
-            self._data.set_region(key, value, self._staging)
+            self._data.set_region(key, value, self.pool)
         else:
             self._data[key] = value.to_numpy() if isinstance(value, _Array) else value
 
@@ -232,14 +238,18 @@ def buffer_prototype(backend="cpu"):
     ``set_basic_selection``, ``get_orthogonal_selection`` and friends.
 
     The same name (or the same ``Backend`` object) gives the same prototype, whose classes
-    share one device and one ``MemoryPool`` for staging uploads. Raises
+    share one device and one ``MemoryPool`` (``proto.nd_buffer.pool``) that device arrays
+    and upload staging come from: blocks are kept for reuse after their arrays are gone
+    (``pool.free_held()`` gives them back to the device). The prototype of a name
+    pickles (its classes are found again by name, ``gpubuf.zarr.OpenclBuffer``); one made
+    for a ``Backend`` object does not. Raises
     ``BackendUnavailableError`` when the backend cannot run here, ``InvalidArgumentError``
     for an unknown name or another type.
     """
     if isinstance(backend, str):
         key = backend.lower()
         if key not in _PROTOTYPES:
-            _PROTOTYPES[key] = _make(Backend(key))
+            _PROTOTYPES[key] = _make(Backend(key), by_name=True)
         return _PROTOTYPES[key]
     if isinstance(backend, Backend):
         key = id(backend)
@@ -252,10 +262,26 @@ def buffer_prototype(backend="cpu"):
     raise InvalidArgumentError(f"a backend is a name or a gpubuf.Backend, not {type(backend).__name__}")
 
 
-def _make(backend):
-    staging = MemoryPool(backend)
-    ns = {"backend": backend, "_staging": staging, "__module__": __name__}
+def _make(backend, by_name=False):
+    ns = {"backend": backend, "pool": MemoryPool(backend), "__module__": __name__}
     name = backend.name.capitalize()
-    buf = type(f"{name}Buffer", (Buffer,), dict(ns, __doc__=f"``Buffer`` on {backend.name}."))
-    nd = type(f"{name}NDBuffer", (NDBuffer,), dict(ns, __doc__=f"``NDBuffer`` on {backend.name}."))
-    return BufferPrototype(buffer=buf, nd_buffer=nd)
+    classes = []
+    for base in (Buffer, NDBuffer):
+        cls = type(f"{name}{base.__name__}", (base,), dict(ns, __doc__=f"``{base.__name__}`` on {backend.name}."))
+        if not by_name:
+            # Only the prototypes of a name can be found again by pickle (module __getattr__).
+            cls.__qualname__ = f"buffer_prototype.<locals>.{cls.__name__}"
+        classes.append(cls)
+    return BufferPrototype(buffer=classes[0], nd_buffer=classes[1])
+
+
+_PICKLED = {f"{n.capitalize()}{c}": (n, i) for n in ("cpu", "opencl", "cuda") for i, c in enumerate(("Buffer", "NDBuffer"))}
+
+
+def __getattr__(name):
+    """``gpubuf.zarr.OpenclBuffer`` and the like: the classes of ``buffer_prototype(name)``,
+    so pickle finds the prototypes of a backend name in another process."""
+    if name in _PICKLED:
+        backend, i = _PICKLED[name]
+        return buffer_prototype(backend)[i]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
