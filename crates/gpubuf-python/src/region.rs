@@ -126,7 +126,7 @@ fn slice_index(s: &Bound<'_, PySlice>, len: usize) -> PyResult<Index> {
         return Err(invalid("slice step cannot be zero"));
     }
     let n = isize::try_from(len).map_err(|_| invalid("axis too long"))?;
-    let r = s.indices(n)?;
+    let r = s.indices(n).map_err(|e| invalid(format!("a slice of ints or None: {e}")))?;
     let count = r.slicelength;
     let start = if count == 0 { 0 } else { usize::try_from(r.start).map_err(|_| invalid("slice start"))? };
     Ok(Index::Range { start, step: r.step, len: count })
@@ -162,7 +162,8 @@ pub fn view_of<T: gpubuf::Element>(
                     empty = true;
                 }
                 shape.push(len);
-                strides.push(s.checked_mul(step).ok_or_else(overflow)?);
+                // An axis of at most one element never steps: a huge step is no overflow.
+                strides.push(if len <= 1 { s } else { s.checked_mul(step).ok_or_else(overflow)? });
                 axis += 1;
             }
             Index::NewAxis => {

@@ -261,7 +261,8 @@ def test_native_indexing(backend):
     ref = np.arange(120, dtype=np.float64).reshape(4, 5, 6)
     a = gpubuf.NDBuffer.from_numpy(ref, backend)
     keys = [1, -1, (1, 2), (slice(None, None, -1),), (Ellipsis, slice(1, 5, 2)), (None, 1, Ellipsis, -2),
-            (slice(0, 4, 3), slice(4, 0, -2), slice(None, None, 4)), (slice(2, 2),), (slice(-100, 100),)]
+            (slice(0, 4, 3), slice(4, 0, -2), slice(None, None, 4)), (slice(2, 2),), (slice(-100, 100),),
+            (slice(None, None, -(2**100)),), (slice(2**100, None, 2**70),), (slice(1, 3), slice(1, 2), None)]
     for k in keys:
         np.testing.assert_array_equal(a[k].to_numpy(), ref[k], err_msg=str(k))
     assert a[1, 2, 3].shape == () and a[1, 2, 3].to_numpy() == ref[1, 2, 3]
@@ -269,7 +270,8 @@ def test_native_indexing(backend):
                      ((0, 0, 0, 0), gpubuf.OutOfBoundsError), ([0, 1], gpubuf.InvalidArgumentError),
                      (np.array([0]), gpubuf.InvalidArgumentError), (True, gpubuf.InvalidArgumentError),
                      ((Ellipsis, Ellipsis), gpubuf.InvalidArgumentError), (slice(0, 3, 0), gpubuf.InvalidArgumentError),
-                     ("x", gpubuf.InvalidArgumentError), (2**80, gpubuf.OutOfBoundsError)]:
+                     ("x", gpubuf.InvalidArgumentError), (2**80, gpubuf.OutOfBoundsError),
+                     (slice(0, 2.5), gpubuf.InvalidArgumentError), (1.0, gpubuf.InvalidArgumentError)]:
         with pytest.raises(err):
             a[bad]
     b, m = a.copy(), ref.copy()
@@ -277,9 +279,11 @@ def test_native_indexing(backend):
                  ((0, slice(None), slice(None, None, 2)), np.arange(3.0)),  # broadcast
                  ((slice(None), 1, slice(0, 6)), 9.5),  # scalar
                  ((3, slice(None, None, -1)), np.arange(30.0).reshape(6, 5).T),  # strided host value
-                 ((2,), np.ones((5, 6)))]:  # a contiguous region
+                 ((2,), np.ones((5, 6))),  # a contiguous region
+                 ((None, 1, slice(1, 3)), np.full((1, 2, 6), 4.0)),  # a new axis
+                 ((slice(1, 3), slice(1, 4)), b[slice(0, 2), slice(2, 5)])]:  # overlapping, same array
+        m[k] = v.to_numpy() if isinstance(v, gpubuf.NDBuffer) else v
         b[k] = v
-        m[k] = v
         np.testing.assert_array_equal(b.to_numpy(), m, err_msg=str(k))
     pool = gpubuf.MemoryPool(backend)
     big = gpubuf.NDBuffer.zeros((64, 300), "float32", backend)
