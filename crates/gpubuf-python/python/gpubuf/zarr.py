@@ -240,7 +240,8 @@ def buffer_prototype(backend="cpu"):
     The same name (or the same ``Backend`` object) gives the same prototype, whose classes
     share one device and one ``MemoryPool`` (``proto.nd_buffer.pool``) that device arrays
     and upload staging come from: blocks are kept for reuse after their arrays are gone
-    (``pool.free_held()`` gives them back to the device). The prototype of a name
+    (``pool.free_held()`` gives them back to the device). Prototypes are kept for the life
+    of the process (with their ``Backend`` and pool). The prototype of a name
     pickles (its classes are found again by name, ``gpubuf.zarr.OpenclBuffer``); one made
     for a ``Backend`` object does not. Raises
     ``BackendUnavailableError`` when the backend cannot run here, ``InvalidArgumentError``
