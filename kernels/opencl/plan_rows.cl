@@ -9,19 +9,26 @@
 //   segs   ROW_WORDS longs per segment: source, array offset, buffer offset, e0..e3,
 //          array strides a0..a3, buffer strides b0..b3, negate, mode. The axes are in the
 //          array's memory order, outer axes of negative array stride already walked
-//          forwards, axes dense on both sides folded; the buffer strides say where each
-//          element goes (the buffer offset is relative to the buffer's start).
+//          forwards (a transpose's axes 2 and 3 oriented as MODE_TILES says), axes dense
+//          on both sides folded; the buffer strides say where each element goes (the
+//          buffer offset is relative to the buffer's start).
 //   units  UNIT_WORDS longs per work-item: segment, first row, rows, first column,
-//          columns. Rows count the three outer axes in C order; a unit is whole rows, or
-//          a column range of one row.
+//          columns. Rows count the three outer axes in C order; a unit is whole rows, a
+//          column range of one row, or (MODE_TILES) a column range of TILE rows.
 // Each work-item decomposes its first row once, then steps from row to row, carrying
 // across the outer extents. Per row, by the segment's mode:
 //   MODE_COPY      stride 1 on both sides: a plain loop the device compiler vectorises
 //   MODE_REVERSED  array stride -1, buffer stride 1: a reversed loop
 //   MODE_STRIDED   any other strides
 //   MODE_TILES     array stride 1, buffer strided, consecutive rows adjacent in the buffer
-//                  (a transpose): TILE_ROWS rows at a time, column by column, so each
-//                  buffer access covers TILE_ROWS adjacent elements
+//                  (buffer stride 1 on axis 2: a transpose). TILE rows at a time: whole
+//                  TILE x TILE tiles staged through a private tile, so that every global
+//                  access on either side is a run of TILE adjacent elements (gather: the
+//                  array rows copied in, then written out transposed 4 x 4 in vectors;
+//                  scatter: the buffer rows copied in, then the array rows written from
+//                  the tile's columns); the columns left over, and tiles of fewer rows
+//                  (cut by a unit's end or a carry), column by column, each buffer access
+//                  covering up to TILE adjacent elements
 // Values move as unsigned integers of the element width, so every dtype is bit-exact;
 // negation flips the sign bit of floats and takes the two's complement of integers.
 
@@ -31,7 +38,34 @@
 #define MODE_REVERSED 1
 #define MODE_STRIDED 2
 #define MODE_TILES 3
-#define TILE_ROWS 16
+#define TILE 32
+
+// One whole tile, gather: array rows a + t * a2 (t < TILE) into buffer rows b + j * b3
+// (j < TILE) through `tile`, transposed in 4 x 4 blocks of vectors (T4 = T's 4-vector).
+#define TILE_GATHER(T, T4)                                                                      \
+    for (int t = 0; t < TILE; t++)                                                              \
+        for (int j = 0; j < TILE; j++) tile[t][j] = a[t * a2 + j];                              \
+    for (int j = 0; j < TILE; j += 4) {                                                         \
+        for (int t = 0; t < TILE; t += 4) {                                                     \
+            T4 r0 = vload4(0, &tile[t][j]);                                                     \
+            T4 r1 = vload4(0, &tile[t + 1][j]);                                                 \
+            T4 r2 = vload4(0, &tile[t + 2][j]);                                                 \
+            T4 r3 = vload4(0, &tile[t + 3][j]);                                                 \
+            vstore4(((T4)(r0.s0, r1.s0, r2.s0, r3.s0) ^ flip4) + add4, 0, b + j * b3 + t);     \
+            vstore4(((T4)(r0.s1, r1.s1, r2.s1, r3.s1) ^ flip4) + add4, 0, b + (j + 1) * b3 + t); \
+            vstore4(((T4)(r0.s2, r1.s2, r2.s2, r3.s2) ^ flip4) + add4, 0, b + (j + 2) * b3 + t); \
+            vstore4(((T4)(r0.s3, r1.s3, r2.s3, r3.s3) ^ flip4) + add4, 0, b + (j + 3) * b3 + t); \
+        }                                                                                       \
+    }
+
+// One whole tile, scatter: buffer rows b + j * b3 into array rows a + t * a2 through
+// `tile` (the tile's columns read with scalar loads: measured faster on PoCL than vector
+// transposes on this side).
+#define TILE_SCATTER(T)                                                                         \
+    for (int j = 0; j < TILE; j++)                                                              \
+        for (int t = 0; t < TILE; t++) tile[j][t] = b[j * b3 + t];                              \
+    for (int t = 0; t < TILE; t++)                                                              \
+        for (int j = 0; j < TILE; j++) a[t * a2 + j] = (T)((tile[j][t] ^ flip) + add);
 
 // One kernel per direction and width: GATHER is 1 (array -> buffer) or 0 (buffer ->
 // array). `(v ^ flip) + add` negates (flip = sign bit for floats, all ones for integers,
@@ -53,6 +87,7 @@
         const long mode = seg[16];                                                              \
         const T flip = neg ? (is_float ? (T)((T)1 << (8 * W - 1)) : (T) ~(T)0) : (T)0;          \
         const T add = (neg && !is_float) ? (T)1 : (T)0;                                         \
+        const T##4 flip4 = (T##4)flip, add4 = (T##4)add;                                        \
         long r = unit[1];                                                                       \
         const long r1 = r + unit[2];                                                            \
         const long c0 = unit[3], n = unit[4];                                                   \
@@ -80,8 +115,21 @@
                 }                                                                               \
             } else if (mode == MODE_TILES) {                                                    \
                 /* Rows of one run along axis 2 (no carry inside a tile). */                   \
-                g = min(min((long)TILE_ROWS, r1 - r), e2 - i2);                                 \
-                for (long k = 0; k < n; k++) {                                                  \
+                g = min(min((long)TILE, r1 - r), e2 - i2);                                      \
+                long k = 0;                                                                     \
+                if (g == TILE) {                                                                \
+                    T tile[TILE][TILE];                                                         \
+                    for (; k + TILE <= n; k += TILE) {                                          \
+                        __global T* a = arr + pa + k;                                           \
+                        __global T* b = buf + pb + k * b3;                                      \
+                        if (GATHER) {                                                           \
+                            TILE_GATHER(T, T##4)                                                \
+                        } else {                                                                \
+                            TILE_SCATTER(T)                                                     \
+                        }                                                                       \
+                    }                                                                           \
+                }                                                                               \
+                for (; k < n; k++) {                                                            \
                     __global T* a = arr + pa + k;                                               \
                     __global T* b = buf + pb + k * b3;                                          \
                     for (long t = 0; t < g; t++) {                                              \

@@ -6,13 +6,18 @@
 //! e0..e3, array strides a0..a3, buffer strides b0..b3, negate, mode`. The axes are
 //! reordered so the array is walked in memory order (largest |stride| outermost, extent-1
 //! axes first), outer axes of negative array stride are walked forwards with the buffer
-//! taking the reversal, and axes dense on both sides are folded into longer rows. Element
+//! taking the reversal, and axes dense on both sides are folded into longer rows. A
+//! transpose (array stride ±1 inside rows, buffer stride ±1 across them) is then
+//! oriented for [`Mode::Tiles`]: array stride +1 inside rows, buffer stride +1 across
+//! rows, the array possibly walked backwards across them. Element
 //! `(i0, i1, i2, i3)` of the result is array element `offset + sum(i * a)` and buffer
 //! element `buffer offset + sum(i * b)`; the set of pairs is the segment's.
 //!
 //! Per unit ([`UNIT_WORDS`] words): `segment, first row, rows, first column, columns`.
 //! A unit is a run of whole rows (rows count the three outer axes in C order) of about
-//! [`crate::ROW_UNIT`] elements, or a column range of one row when a row alone is longer.
+//! [`crate::ROW_UNIT`] elements, or a column range of one row when a row alone is longer;
+//! in [`Mode::Tiles`] a run of a multiple of [`TILE`] rows, or where rows are longer than
+//! a unit's share of a [`TILE`]-row band, a column range of whole tiles of [`TILE`] rows.
 
 use gpubuf_core::{CopyPlan, Error, Result, Segment, MAX_DIMS};
 
@@ -22,8 +27,8 @@ pub(crate) const ROW_WORDS: usize = 17;
 /// Words per unit in [`RowPlan::units`].
 pub(crate) const UNIT_WORDS: usize = 5;
 
-/// Rows moved together by the transposed-row mode (`TILE_ROWS` in plan_rows.cl).
-pub(crate) const TILE_ROWS: usize = 16;
+/// The side of the transposed-row mode's tiles (`TILE` in plan_rows.cl).
+pub(crate) const TILE: i64 = 32;
 
 /// How a segment's rows move, word 16 of its record (`MODE_*` in plan_rows.cl).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -34,8 +39,9 @@ pub(crate) enum Mode {
     Reversed = 1,
     /// Any other strides: a strided loop.
     Strided = 2,
-    /// Array stride 1 with the buffer strided, consecutive rows adjacent in the buffer:
-    /// [`TILE_ROWS`] rows at a time, column by column.
+    /// Array stride 1 with the buffer strided, consecutive rows adjacent in the buffer (a
+    /// transpose): [`TILE`] x [`TILE`] tiles staged through a private tile, the rest
+    /// column by column.
     Tiles = 3,
 }
 
@@ -122,7 +128,35 @@ impl RowJob {
             }
         }
         j.merge();
+        j.orient_tiles()?;
         Ok(j)
+    }
+
+    /// Walks a transpose (array stride ±1 inside rows, the buffer's consecutive rows
+    /// adjacent: buffer stride ±1 on axis 2, not on axis 3) with stride +1 inside rows on
+    /// the array side and +1 across rows on the buffer side, reversing axis 3 or 2 (on
+    /// both sides) where needed, so rotations and flipped transposes take the tiled mode.
+    fn orient_tiles(&mut self) -> Result<()> {
+        let transposed = self.sa[3].abs() == 1
+            && self.sb[2].abs() == 1
+            && self.sb[3].abs() != 1
+            && self.ext[2] > 1
+            && self.ext[3] > 1;
+        if !transposed {
+            return Ok(());
+        }
+        for d in [3, 2] {
+            let s = if d == 3 { self.sa[d] } else { self.sb[d] };
+            if s < 0 {
+                let last = self.ext[d] - 1;
+                let a = last.checked_mul(self.sa[d]).and_then(|x| self.array_off.checked_add(x));
+                let b = last.checked_mul(self.sb[d]).and_then(|x| self.buffer_off.checked_add(x));
+                (self.array_off, self.buffer_off) = (a.ok_or_else(too_big)?, b.ok_or_else(too_big)?);
+                self.sa[d] = self.sa[d].checked_neg().ok_or_else(too_big)?;
+                self.sb[d] = self.sb[d].checked_neg().ok_or_else(too_big)?;
+            }
+        }
+        Ok(())
     }
 
     /// Folds an axis into the one inside it where both sides are dense across the two.
@@ -198,7 +232,22 @@ pub(crate) fn encode_rows(plan: &CopyPlan, unit: usize) -> Result<RowPlan> {
             units.extend([k, r, nr, c, nc]);
             Ok(())
         };
-        if n > unit {
+        if mode == Mode::Tiles && n.saturating_mul(TILE) > unit {
+            // Bands of TILE rows cut into column ranges of whole tiles: a unit's tiles
+            // are whole on both sides.
+            let cols = (unit / TILE / TILE * TILE).max(TILE);
+            let mut r = 0;
+            while r < rows {
+                let nr = TILE.min(rows - r);
+                let mut c = 0;
+                while c < n {
+                    let nc = cols.min(n - c);
+                    push(r, nr, c, nc)?;
+                    c += nc;
+                }
+                r += nr;
+            }
+        } else if n > unit {
             for r in 0..rows {
                 let mut c = 0;
                 while c < n {
@@ -209,9 +258,9 @@ pub(crate) fn encode_rows(plan: &CopyPlan, unit: usize) -> Result<RowPlan> {
             }
         } else {
             let mut per = (unit / n).max(1);
-            // Whole tiles per unit where a unit holds several.
-            if mode == Mode::Tiles && per >= TILE_ROWS as i64 {
-                per -= per % TILE_ROWS as i64;
+            // Whole tiles per unit.
+            if mode == Mode::Tiles {
+                per -= per % TILE;
             }
             let mut r = 0;
             while r < rows {
@@ -268,5 +317,39 @@ mod tests {
         let enc = encode_rows(&plan, 7).unwrap();
         assert_eq!(&enc.units[enc.units.len() - UNIT_WORDS..], &[1, 6, 1, 0, 3]);
         assert_eq!(enc.nunits(), 2 * 2 + 4);
+    }
+
+    #[test]
+    fn orients_transposes_for_tiles() {
+        // Reversed inside rows: axis 3 walks forwards, the buffer takes the reversal.
+        let t = job(7, &[(8, -1), (5, 8)]);
+        assert_eq!((t.array_off, t.buffer_off), (0, 35));
+        assert_eq!((t.ext, t.sa, t.sb, t.mode()), ([1, 1, 5, 8], [0, 0, 8, 1], [0, 0, 1, -5], Mode::Tiles));
+        // A rotation: the outer axis, walked forwards, left the buffer reversed across
+        // rows; axis 2 turns back so the buffer's rows run forwards.
+        let r = job(32, &[(8, 1), (5, -8)]);
+        assert_eq!((r.array_off, r.buffer_off), (32, 0));
+        assert_eq!((r.ext, r.sa, r.sb, r.mode()), ([1, 1, 5, 8], [0, 0, -8, 1], [0, 0, 1, 5], Mode::Tiles));
+        // Not transposes: a reversed row stays reversed, a strided one strided.
+        assert_eq!(job(7, &[(8, -1)]).mode(), Mode::Reversed);
+        assert_eq!(job(14, &[(8, -2), (5, 16)]).mode(), Mode::Strided);
+    }
+
+    #[test]
+    fn cuts_tiles_into_bands_of_whole_tiles() {
+        let seg = Segment::new(0, 0, &[(100, 1), (70, 100)], 0).unwrap();
+        let plan = CopyPlan::new(vec![7000], 7000, vec![seg]).unwrap();
+        let units = |unit: usize| -> Vec<Vec<i64>> {
+            encode_rows(&plan, unit).unwrap().units.chunks(UNIT_WORDS).map(<[i64]>::to_vec).collect()
+        };
+        // Rows of 100 exceed a unit's share of a 32-row band: bands of 32 rows in column
+        // ranges of two tiles, the last band and the last range short.
+        let want: Vec<Vec<i64>> = [(0, 32), (32, 32), (64, 6)]
+            .iter()
+            .flat_map(|&(r, nr)| [vec![0, r, nr, 0, 64], vec![0, r, nr, 64, 36]])
+            .collect();
+        assert_eq!(units(2 * 32 * 32), want);
+        // Whole rows, a multiple of 32 of them per unit.
+        assert_eq!(units(4096), [[0, 0, 32, 0, 100], [0, 32, 32, 0, 100], [0, 64, 6, 0, 100]]);
     }
 }

@@ -18,9 +18,13 @@
 //!   elements (a column range of one row when a row alone is longer), one work-item each.
 //!   A work-item decomposes its first row once and steps row by row; a row of stride 1 on
 //!   both sides is a plain copy loop the device compiler vectorises, a reversed row a
-//!   reversed loop, others a strided loop, and rows of a transpose (array stride 1, the
-//!   buffer's consecutive rows adjacent) move 16 rows at a time, column by column. The
-//!   shape for CPU devices (PoCL), launched in work-groups of one work-item there.
+//!   reversed loop, others a strided loop. A transpose (array stride ±1 inside rows, the
+//!   buffer's consecutive rows adjacent) is oriented to stride +1 inside the array's rows
+//!   and across the buffer's, cut into bands of 32 rows (column ranges of whole tiles
+//!   where rows are long) and moved in 32 x 32 tiles staged through a private tile, so
+//!   every access on either side is a run of 32 adjacent elements; edge tiles move
+//!   column by column. The shape for CPU devices (PoCL), launched in work-groups of one
+//!   work-item there.
 //!
 //! A backend uses, in order: the shape given to [`crate::OpenClBackend::with_plan_kernel`];
 //! [`KERNEL_ENV`] when set; else by `CL_DEVICE_TYPE`, blocks on GPU and accelerator devices
