@@ -23,10 +23,9 @@
 //   MODE_TILES     array stride 1, buffer strided, consecutive rows adjacent in the buffer
 //                  (buffer stride 1 on axis 2: a transpose). TILE rows at a time: whole
 //                  TILE x TILE tiles staged through a private tile, so that every global
-//                  access on either side is a run of TILE adjacent elements (gather: the
-//                  array rows copied in, then written out transposed 4 x 4 in vectors;
-//                  scatter: the buffer rows copied in, then the array rows written from
-//                  the tile's columns); the columns left over, and tiles of fewer rows
+//                  access on either side is a run of TILE adjacent elements (the source
+//                  side's rows copied in, the destination's written out in 4 x 4 vector
+//                  transposes); the columns left over, and tiles of fewer rows
 //                  (cut by a unit's end or a carry), column by column, each buffer access
 //                  covering up to TILE adjacent elements
 // Values move as unsigned integers of the element width, so every dtype is bit-exact;
@@ -38,42 +37,43 @@
 #define MODE_REVERSED 1
 #define MODE_STRIDED 2
 #define MODE_TILES 3
-#define TILE 32
+#define TILE 64
 
-// One whole tile, gather: array rows a + t * a2 (t < TILE) into buffer rows b + j * b3
-// (j < TILE) through `tile`, transposed in 4 x 4 blocks of vectors (T4 = T's 4-vector).
-#define TILE_GATHER(T, T4)                                                                      \
-    for (int t = 0; t < TILE; t++)                                                              \
-        for (int j = 0; j < TILE; j++) tile[t][j] = a[t * a2 + j];                              \
-    for (int j = 0; j < TILE; j += 4) {                                                         \
-        for (int t = 0; t < TILE; t += 4) {                                                     \
-            T4 r0 = vload4(0, &tile[t][j]);                                                     \
-            T4 r1 = vload4(0, &tile[t + 1][j]);                                                 \
-            T4 r2 = vload4(0, &tile[t + 2][j]);                                                 \
-            T4 r3 = vload4(0, &tile[t + 3][j]);                                                 \
-            vstore4(((T4)(r0.s0, r1.s0, r2.s0, r3.s0) ^ flip4) + add4, 0, b + j * b3 + t);     \
-            vstore4(((T4)(r0.s1, r1.s1, r2.s1, r3.s1) ^ flip4) + add4, 0, b + (j + 1) * b3 + t); \
-            vstore4(((T4)(r0.s2, r1.s2, r2.s2, r3.s2) ^ flip4) + add4, 0, b + (j + 2) * b3 + t); \
-            vstore4(((T4)(r0.s3, r1.s3, r2.s3, r3.s3) ^ flip4) + add4, 0, b + (j + 3) * b3 + t); \
-        }                                                                                       \
+// Four rows of 4 elements (T4 = T's 4-vector) at `src` (rows `ss` apart) written
+// transposed, negated as asked, to four rows at `dst` (rows `ds` apart).
+#define TRANSPOSE4(T4, src, ss, dst, ds)                                                        \
+    {                                                                                           \
+        T4 r0 = vload4(0, (src));                                                               \
+        T4 r1 = vload4(0, (src) + (ss));                                                        \
+        T4 r2 = vload4(0, (src) + 2 * (ss));                                                    \
+        T4 r3 = vload4(0, (src) + 3 * (ss));                                                    \
+        vstore4(((T4)(r0.s0, r1.s0, r2.s0, r3.s0) ^ flip4) + add4, 0, (dst));                   \
+        vstore4(((T4)(r0.s1, r1.s1, r2.s1, r3.s1) ^ flip4) + add4, 0, (dst) + (ds));            \
+        vstore4(((T4)(r0.s2, r1.s2, r2.s2, r3.s2) ^ flip4) + add4, 0, (dst) + 2 * (ds));        \
+        vstore4(((T4)(r0.s3, r1.s3, r2.s3, r3.s3) ^ flip4) + add4, 0, (dst) + 3 * (ds));        \
     }
 
-// One whole tile, scatter: buffer rows b + j * b3 into array rows a + t * a2 through
-// `tile` (the tile's columns read with scalar loads: measured faster on PoCL than vector
-// transposes on this side).
-#define TILE_SCATTER(T)                                                                         \
+// One whole tile between array rows a + t * a2 and buffer rows b + j * b3 (t, j < TILE):
+// the source side's rows copied into `tile`, then the destination's rows written from it
+// in 4 x 4 transposes.
+#define TILE_GATHER(T4)                                                                         \
+    for (int t = 0; t < TILE; t++)                                                              \
+        for (int j = 0; j < TILE; j++) tile[t][j] = a[t * a2 + j];                              \
+    for (int j = 0; j < TILE; j += 4)                                                           \
+        for (int t = 0; t < TILE; t += 4) TRANSPOSE4(T4, &tile[t][j], TILE, b + j * b3 + t, b3)
+#define TILE_SCATTER(T4)                                                                        \
     for (int j = 0; j < TILE; j++)                                                              \
         for (int t = 0; t < TILE; t++) tile[j][t] = b[j * b3 + t];                              \
-    for (int t = 0; t < TILE; t++)                                                              \
-        for (int j = 0; j < TILE; j++) a[t * a2 + j] = (T)((tile[j][t] ^ flip) + add);
+    for (int t = 0; t < TILE; t += 4)                                                           \
+        for (int j = 0; j < TILE; j += 4) TRANSPOSE4(T4, &tile[j][t], TILE, a + t * a2 + j, a2)
 
 // One kernel per direction and width: GATHER is 1 (array -> buffer) or 0 (buffer ->
 // array). `(v ^ flip) + add` negates (flip = sign bit for floats, all ones for integers,
 // add = 1 for integers) or leaves v alone (both 0).
 #define PLAN_ROWS(NAME, T, W, GATHER)                                                           \
-    __kernel void NAME##_##W(__global const long* segs, __global const long* units, int nseg, \
-                             long nunits, int is_float, __global T* buf, long buf_off,         \
-                             __global const long* offs SRC_PARAMS(T)) {                        \
+    __kernel void NAME##_##W(__global const long* segs, __global const long* units, int nseg,   \
+                             long nunits, int is_float, __global T* buf, long buf_off,          \
+                             __global const long* offs SRC_PARAMS(T)) {                         \
         const long u = get_global_id(0);                                                        \
         if (u >= nunits) return;                                                                \
         __global const long* unit = units + u * UNIT_WORDS;                                     \
@@ -114,7 +114,7 @@
                     for (long k = 0; k < n; k++) a[-k] = (T)((b[k] ^ flip) + add);              \
                 }                                                                               \
             } else if (mode == MODE_TILES) {                                                    \
-                /* Rows of one run along axis 2 (no carry inside a tile). */                   \
+                /* Rows of one run along axis 2 (no carry inside a tile). */                    \
                 g = min(min((long)TILE, r1 - r), e2 - i2);                                      \
                 long k = 0;                                                                     \
                 if (g == TILE) {                                                                \
@@ -123,9 +123,9 @@
                         __global T* a = arr + pa + k;                                           \
                         __global T* b = buf + pb + k * b3;                                      \
                         if (GATHER) {                                                           \
-                            TILE_GATHER(T, T##4)                                                \
+                            TILE_GATHER(T##4)                                                   \
                         } else {                                                                \
-                            TILE_SCATTER(T)                                                     \
+                            TILE_SCATTER(T##4)                                                  \
                         }                                                                       \
                     }                                                                           \
                 }                                                                               \
@@ -151,7 +151,7 @@
             }                                                                                   \
             r += g;                                                                             \
             if (r >= r1) break;                                                                 \
-            /* To the next row (which exists): every position formed is a row start. */       \
+            /* To the next row (which exists): every position formed is a row start. */         \
             if (i2 + g < e2) {                                                                  \
                 i2 += g;                                                                        \
                 pa += g * a2;                                                                   \

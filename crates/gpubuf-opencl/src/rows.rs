@@ -17,7 +17,8 @@
 //! A unit is a run of whole rows (rows count the three outer axes in C order) of about
 //! [`crate::ROW_UNIT`] elements, or a column range of one row when a row alone is longer;
 //! in [`Mode::Tiles`] a run of a multiple of [`TILE`] rows, or where rows are longer than
-//! a unit's share of a [`TILE`]-row band, a column range of whole tiles of [`TILE`] rows.
+//! a unit's share of a [`TILE`]-row band, a column range of whole tiles of [`TILE`] rows
+//! (bands start at each run of axis 2 that holds a whole tile).
 
 use gpubuf_core::{CopyPlan, Error, Result, Segment, MAX_DIMS};
 
@@ -28,7 +29,7 @@ pub(crate) const ROW_WORDS: usize = 17;
 pub(crate) const UNIT_WORDS: usize = 5;
 
 /// The side of the transposed-row mode's tiles (`TILE` in plan_rows.cl).
-pub(crate) const TILE: i64 = 32;
+pub(crate) const TILE: i64 = 64;
 
 /// How a segment's rows move, word 16 of its record (`MODE_*` in plan_rows.cl).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -233,19 +234,26 @@ pub(crate) fn encode_rows(plan: &CopyPlan, unit: usize) -> Result<RowPlan> {
             Ok(())
         };
         if mode == Mode::Tiles && n.saturating_mul(TILE) > unit {
-            // Bands of TILE rows cut into column ranges of whole tiles: a unit's tiles
-            // are whole on both sides.
+            // Bands of TILE rows cut into column ranges of whole tiles, inside runs along
+            // axis 2 where a run holds a whole tile (a band across a run's end would cut
+            // its tiles).
             let cols = (unit / TILE / TILE * TILE).max(TILE);
-            let mut r = 0;
-            while r < rows {
-                let nr = TILE.min(rows - r);
-                let mut c = 0;
-                while c < n {
-                    let nc = cols.min(n - c);
-                    push(r, nr, c, nc)?;
-                    c += nc;
+            let run = if j.ext[2] >= TILE { j.ext[2] } else { rows };
+            let mut r0 = 0;
+            while r0 < rows {
+                let end = r0 + run.min(rows - r0);
+                let mut r = r0;
+                while r < end {
+                    let nr = TILE.min(end - r);
+                    let mut c = 0;
+                    while c < n {
+                        let nc = cols.min(n - c);
+                        push(r, nr, c, nc)?;
+                        c += nc;
+                    }
+                    r += nr;
                 }
-                r += nr;
+                r0 = end;
             }
         } else if n > unit {
             for r in 0..rows {
@@ -337,19 +345,30 @@ mod tests {
 
     #[test]
     fn cuts_tiles_into_bands_of_whole_tiles() {
-        let seg = Segment::new(0, 0, &[(100, 1), (70, 100)], 0).unwrap();
-        let plan = CopyPlan::new(vec![7000], 7000, vec![seg]).unwrap();
+        let seg = Segment::new(0, 0, &[(100, 1), (140, 100)], 0).unwrap();
+        let plan = CopyPlan::new(vec![14_000], 14_000, vec![seg]).unwrap();
         let units = |unit: usize| -> Vec<Vec<i64>> {
             encode_rows(&plan, unit).unwrap().units.chunks(UNIT_WORDS).map(<[i64]>::to_vec).collect()
         };
-        // Rows of 100 exceed a unit's share of a 32-row band: bands of 32 rows in column
-        // ranges of two tiles, the last band and the last range short.
-        let want: Vec<Vec<i64>> = [(0, 32), (32, 32), (64, 6)]
+        // Rows of 100 exceed a unit's share of a 64-row band: bands of 64 rows in column
+        // ranges of one tile, the last band and the last range short.
+        let want: Vec<Vec<i64>> = [(0, 64), (64, 64), (128, 12)]
             .iter()
             .flat_map(|&(r, nr)| [vec![0, r, nr, 0, 64], vec![0, r, nr, 64, 36]])
             .collect();
-        assert_eq!(units(2 * 32 * 32), want);
-        // Whole rows, a multiple of 32 of them per unit.
-        assert_eq!(units(4096), [[0, 0, 32, 0, 100], [0, 32, 32, 0, 100], [0, 64, 6, 0, 100]]);
+        assert_eq!(TILE, 64);
+        assert_eq!(units(64 * 64), want);
+        // Whole rows, a multiple of 64 of them per unit.
+        assert_eq!(units(200 * 64), [[0, 0, 128, 0, 100], [0, 128, 12, 0, 100]]);
+        // Two runs of 100 rows along axis 2: bands start at each run's first row.
+        let seg = Segment::new(0, 0, &[(2, 70_000), (600, 1), (100, 600)], 0).unwrap();
+        let plan = CopyPlan::new(vec![130_000], 120_000, vec![seg]).unwrap();
+        let enc = encode_rows(&plan, 32 * 1024).unwrap();
+        let bands: Vec<[i64; 4]> = enc.units.chunks(UNIT_WORDS).map(|u| [u[1], u[2], u[3], u[4]]).collect();
+        let want: Vec<[i64; 4]> = [(0, 64), (64, 36), (100, 64), (164, 36)]
+            .iter()
+            .flat_map(|&(r, nr)| [[r, nr, 0, 512], [r, nr, 512, 88]])
+            .collect();
+        assert_eq!(bands, want);
     }
 }

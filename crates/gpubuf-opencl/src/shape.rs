@@ -20,10 +20,10 @@
 //!   both sides is a plain copy loop the device compiler vectorises, a reversed row a
 //!   reversed loop, others a strided loop. A transpose (array stride ±1 inside rows, the
 //!   buffer's consecutive rows adjacent) is oriented to stride +1 inside the array's rows
-//!   and across the buffer's, cut into bands of 32 rows (column ranges of whole tiles
-//!   where rows are long) and moved in 32 x 32 tiles staged through a private tile, so
-//!   every access on either side is a run of 32 adjacent elements; edge tiles move
-//!   column by column. The shape for CPU devices (PoCL), launched in work-groups of one
+//!   and across the buffer's, cut into bands of 64 rows (column ranges of whole tiles
+//!   where rows are long, bands starting at each run of rows) and moved in 64 x 64 tiles
+//!   staged through a private tile, so every access on either side is a run of 64
+//!   adjacent elements; edge tiles move column by column. The shape for CPU devices (PoCL), launched in work-groups of one
 //!   work-item there.
 //!
 //! A backend uses, in order: the shape given to [`crate::OpenClBackend::with_plan_kernel`];

@@ -5,7 +5,7 @@
 //! every element width, negation, and arrays and buffers at odd element offsets; and every
 //! path of the row-walking plan kernel (OpenCL with the row shape forced): unit
 //! boundaries inside a segment and inside a row, reversed outer axes, reversed and
-//! strided rows, transposed rows in whole 32 x 32 tiles and in tiles cut by a unit's end,
+//! strided rows, transposed rows in whole 64 x 64 tiles and in tiles cut by a unit's end,
 //! a carry or the edges, rotations and flipped transposes turned into tiles. Each
 //! backend's gather and scatter is compared with the host reference.
 
@@ -237,30 +237,31 @@ fn row_tiles_with_partial_edges() {
 }
 
 /// Elements on a side of the row kernel's transposed tiles.
-const TILE: usize = 32;
+const TILE: usize = 64;
 
 #[test]
 fn row_tiles_whole_and_cut() {
     for dtype in [DType::U8, DType::F16, DType::F32, DType::I64] {
         let t = TILE as isize;
         let segs = vec![
-            // Whole tiles only (64 x 96), negated.
+            // Whole tiles only (128 x 192), negated.
             (0, vec![(2 * TILE, 1), (3 * TILE, 2 * t)], true),
-            // Partial tiles on both edges: 70 rows of 45.
-            (0, vec![(45, 1), (70, 45)], false),
+            // Partial tiles on the edges: 140 rows of 100.
+            (0, vec![(100, 1), (140, 100)], false),
             // 1 x N and N x 1: a single column of rows, a single row (no transpose left).
             (1, vec![(1, 1), (TILE + 3, 1)], false),
-            (1, vec![(TILE + 3, 1), (1, 40)], true),
-            // Rows of a transpose longer than a unit's share of a tile band (1040 > 1024):
-            // bands of 32 rows in column ranges of whole tiles, a short last range; 40
-            // rows, a short last band.
+            (1, vec![(TILE + 3, 1), (1, 70)], true),
+            // Rows of a transpose longer than a unit's share of a tile band (1040 > 512):
+            // 40 rows, one short band in column ranges of whole tiles, a short last range.
             (0, vec![(1040, 1), (40, 1040)], true),
-            // The same in two runs of 20 rows: each band crosses a run, its tiles cut by
+            // The same in two runs of 20 rows: the band crosses a run, its tiles cut by
             // the carry.
             (1, vec![(2, 60_000), (1040, 1), (20, 1040)], false),
-            // Runs of 33 rows along axis 2 (two outer axes that do not merge): a whole
-            // tile and a row of one.
-            (1, vec![(2, 50_000), (3, 12_000), (40, 1), (33, 300)], false),
+            // Runs of 65 rows along axis 2 (two outer axes that do not merge): a whole
+            // tile and a row of one per run.
+            (1, vec![(2, 50_000), (3, 16_000), (70, 1), (65, 240)], false),
+            // Long rows in runs of 100: bands of 64 and 36 rows from each run's start.
+            (0, vec![(2, 70_000), (600, 1), (100, 600)], true),
         ];
         for lead in [0, 1, 5] {
             check(&case(dtype, 2, 3, &segs), lead);
@@ -273,11 +274,11 @@ fn row_tiles_of_flips_and_rotations() {
     for dtype in [DType::U8, DType::F16, DType::I32, DType::F64] {
         let segs = vec![
             // Rotations by 90 degrees both ways (one stride negated), negated or not.
-            (0, vec![(40, 1), (70, -40)], true),
-            (0, vec![(40, -1), (70, 40)], false),
+            (0, vec![(70, 1), (100, -70)], true),
+            (0, vec![(70, -1), (100, 70)], false),
             // A transpose flipped on both axes, 3-d with an outer reversed axis.
-            (1, vec![(33, -1), (65, -33)], true),
-            (1, vec![(3, -3000), (36, -1), (64, 36)], false),
+            (1, vec![(65, -1), (130, -65)], true),
+            (1, vec![(3, -9000), (68, -1), (130, 68)], false),
             // Narrow rows (3 wide) of a rotated halo strip: no whole tile, column by column.
             (2, vec![(5, 800), (3, -1), (100, 8)], true),
         ];
