@@ -252,3 +252,61 @@ pub(crate) fn can_read(pid: u64, id: SegmentId, magic: u64) -> bool {
         Err(_) => false,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpubuf_cpu::CpuBackend;
+
+    #[test]
+    fn node_buffers_are_registered_mappable_and_released() -> Result<()> {
+        let b = CpuBackend::new();
+        let a = node_buffer::<_, f64>(&b, &[3, 4], Order::C, Some(2.5))?;
+        assert_eq!(a.to_vec()?, vec![2.5; 12]);
+        let storage = a.storage();
+        let cpu: &dyn Any = storage.memory;
+        let ptr = cpu.downcast_ref::<CpuMemory>().map(CpuMemory::as_ptr).expect("CPU memory");
+        let id = lookup(ptr).expect("registered");
+        assert_eq!(id.len, 96);
+        // This process maps its own segment as a neighbour would, and sees its values.
+        let pid = u64::from(std::process::id());
+        let m = map_peer(pid, id)?;
+        // SAFETY: the first 8 bytes of a read-only mapping of 96 bytes.
+        assert_eq!(unsafe { m.ptr.cast::<f64>().read() }, 2.5);
+        // Another inode, or a longer length, under the same descriptor is refused.
+        assert!(map_peer(pid, SegmentId { ino: id.ino + 1, ..id }).is_err());
+        assert!(map_peer(pid, SegmentId { len: id.len + 4096, ..id }).is_err());
+        assert!(map_peer(pid, SegmentId { len: 0, ..id }).is_err());
+        drop(storage);
+        drop(a);
+        assert!(lookup(ptr).is_none());
+        // The neighbour's mapping outlives the owner's: still readable.
+        // SAFETY: as above; the pages live while mapped.
+        assert_eq!(unsafe { m.ptr.cast::<f64>().read() }, 2.5);
+        Ok(())
+    }
+
+    #[test]
+    fn sizes_that_cannot_exist_are_typed_errors() -> Result<()> {
+        let b = CpuBackend::new();
+        let huge = node_buffer::<_, f64>(&b, &[usize::MAX, 2], Order::C, None);
+        assert!(matches!(huge, Err(Error::OutOfMemory { .. })), "{huge:?}");
+        let past = node_buffer::<_, u8>(&b, &[1 << 62, 4], Order::C, None);
+        assert!(matches!(past, Err(Error::OutOfMemory { .. })), "{past:?}");
+        // Empty: an ordinary (empty) array, not a segment.
+        let empty = node_buffer::<_, f32>(&b, &[0, 5], Order::C, None)?;
+        assert_eq!(empty.shape(), &[0, 5]);
+        Ok(())
+    }
+
+    #[test]
+    fn probes_are_readable_by_this_process() -> Result<()> {
+        let probe = Probe::new(77)?;
+        let id = probe.id().expect("registered");
+        let pid = u64::from(std::process::id());
+        assert!(can_read(pid, id, 77));
+        assert!(!can_read(pid, id, 78));
+        assert!(!can_read(pid, SegmentId { fd: u64::MAX >> 1, ..id }, 77));
+        Ok(())
+    }
+}
