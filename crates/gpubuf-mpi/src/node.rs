@@ -277,7 +277,6 @@ mod tests {
         assert!(map_peer(pid, SegmentId { ino: id.ino + 1, ..id }).is_err());
         assert!(map_peer(pid, SegmentId { len: id.len + 4096, ..id }).is_err());
         assert!(map_peer(pid, SegmentId { len: 0, ..id }).is_err());
-        drop(storage);
         drop(a);
         assert!(lookup(ptr).is_none());
         // The neighbour's mapping outlives the owner's: still readable.
