@@ -1,5 +1,5 @@
 //! Halo messages in one copy between ranks of a node: when the sender's quantities live in
-//! node-shared memory ([`crate::node_buffer`]), its notification names them (segment and
+//! node-shared memory ([`crate::node_buffer`]), its note names them (segment and
 //! offset of each quantity's first element) instead of carrying packed data, and the
 //! receiver copies its halo straight out of them with the composed runs of
 //! [`crate::runs`], then returns the credit the sender waits for before its update
