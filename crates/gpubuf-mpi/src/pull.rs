@@ -77,8 +77,11 @@ pub(crate) fn agree(comm: &SimpleCommunicator, links: &[Side<'_>]) -> Result<Vec
     let mut outgoing = Vec::with_capacity(links.len());
     let mut incoming = Vec::with_capacity(links.len());
     for ((l, t), r) in links.iter().zip(&theirs).zip(&runs) {
-        let readable =
-            t[1] != u64::MAX && node::can_read(t[0], SegmentId { fd: t[1], ino: t[2], len: t[3] }, t[4]);
+        // Not from this process itself (a rank that is its own neighbour): its halo and
+        // the cells it copies from would be two mappings of one file.
+        let readable = t[0] != pid
+            && t[1] != u64::MAX
+            && node::can_read(t[0], SegmentId { fd: t[1], ino: t[2], len: t[3] }, t[4]);
         let mut words = Vec::with_capacity(1 + r.len());
         words.push(u64::from(readable));
         words.extend_from_slice(r);

@@ -162,7 +162,7 @@ fn tile_case<B: Kernels>(
     }
     // Host memory goes to MPI in place; device memory through host staging, both ways.
     for up in [&scalars, &vectors] {
-        expect_copied(up, mode, 4)?;
+        expect_copied(up, tile.me, mode, 4)?;
         let staged = up.staged_bytes();
         let host = B::KIND == gpubuf_core::BackendKind::Cpu;
         if host != (staged == 0) {
@@ -363,8 +363,8 @@ fn cube_case<B: Kernels>(b: &B, comm: &SimpleCommunicator, mode: Mode) -> Result
         vec_up.update(&[&ux], Some(&[&uy]))?;
         sc_up.update(&[&s], None)?;
     }
-    expect_copied(&vec_up, mode, 2)?;
-    expect_copied(&sc_up, mode, 2)?;
+    expect_copied(&vec_up, me, mode, 2)?;
+    expect_copied(&sc_up, me, mode, 2)?;
     let (gx, gy, gs) = (ux.to_ndarray()?, uy.to_ndarray()?, s.to_ndarray()?);
     for br in Boundary::ALL {
         let recv = spec.boundary_slices(br, false)?;

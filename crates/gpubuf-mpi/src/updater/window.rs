@@ -167,8 +167,8 @@ fn copy<B: Kernels, T: Element>(link: &mut Link<B, T>, note: &[u64], q: &[&NDBuf
         // neighbour writes none of them until this rank's credit (its update waits for
         // it), and the mappings live in `link.maps` for the call. Each destination is this
         // rank's quantity, locked for the call, holding the unpack plan's source length
-        // (checked by `with_quantities`); this rank's memory is never one of the
-        // neighbour's segments (a mapping of its own is read-only and separate).
+        // (checked by `with_quantities`); the neighbour is another process (`agree`
+        // never lets a rank read itself), so its segments are not this rank's memory.
         unsafe { pull.run(&srcs, dsts, T::DTYPE) }
     })?;
     done.ok_or_else(outside_host)??;
