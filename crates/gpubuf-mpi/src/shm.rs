@@ -1,9 +1,9 @@
 //! Halo messages between ranks of one node through shared memory: every rank's receive
 //! slots lie in an `MPI_Win_allocate_shared` window, the sender packs straight into the
-//! receiver's slot and sends a zero-byte notification, and the receiver, once it has
-//! unpacked, returns a zero-byte credit before the sender may pack into the slot again.
-//! The bytes then move twice (pack, unpack) instead of three times (pack, MPI's copy,
-//! unpack).
+//! receiver's slot and sends a note (see `crate::pull`, which also copies straight from
+//! node-shared fields), and the receiver, once it has unpacked, returns a zero-byte credit
+//! before the sender may pack into the slot again. The bytes then move twice (pack,
+//! unpack) instead of three times (pack, MPI's copy, unpack).
 
 use gpubuf_core::{Error, Result};
 use mpi::ffi;

@@ -39,6 +39,11 @@ impl Staging {
         Ok(Staging { ptr, len: bytes })
     }
 
+    /// Length in bytes.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
     /// Raw pointer to the first byte.
     pub(crate) fn as_ptr(&self) -> *mut u8 {
         self.ptr.as_ptr()

@@ -5,8 +5,11 @@ mod window;
 
 use crate::comm::Comm;
 use crate::direct::{host, in_place, places};
+use crate::node::PeerMap;
 use crate::phases::{lap, Phases};
+use crate::pull::{self, Side};
 use crate::requests::{Message, Requests};
+use crate::runs::Pull;
 use crate::shm::{self, Shared, Slot, Want};
 use crate::staging::Staging;
 use crate::tags::{self, Claim, Key};
@@ -36,8 +39,21 @@ struct Link<B: Kernels, T: Element> {
     send: Staging,
     recv: Staging,
     /// The shared-memory slots of a link through the node's window
-    /// ([`HaloUpdater::on_node`]); its messages are then zero-byte notifications.
+    /// ([`HaloUpdater::on_node`]); its messages are then notes (see [`crate::pull`]).
     slot: Option<Slot>,
+    /// The note sent and the note received on a link through the window (empty otherwise).
+    note_out: Staging,
+    note_in: Staging,
+    /// The composed copy of the neighbour's messages when this rank can map its memory.
+    pull: Option<Pull>,
+    /// Whether the neighbour can map this rank's memory.
+    peer_reads: bool,
+    /// The neighbour's process id (for mapping its memory).
+    peer_pid: u64,
+    /// The neighbour's segments this rank has mapped (those its last note named).
+    maps: Vec<PeerMap>,
+    /// Bytes received from the neighbour in one copy so far.
+    pulled: usize,
 }
 
 /// The x and (for vectors) y quantity lists of one transformer.
@@ -49,6 +65,9 @@ struct Flight {
     arrived: Vec<usize>,
     /// Why `start` stopped after posting messages (some sends were never started).
     broken: Option<Error>,
+    /// Links whose neighbour copies straight from this rank's quantities in this update:
+    /// `wait` completes only after their credits return.
+    direct: Vec<usize>,
 }
 
 /// Halo updates after NDSL's `HaloUpdater`: one [`HaloDataTransformer`] per neighbour rank
@@ -226,6 +245,13 @@ impl<'c, B: Kernels, T: Element> HaloUpdater<'c, B, T> {
                 send: Staging::new(if direct { 0 } else { bytes })?,
                 recv: Staging::new(if direct { 0 } else { bytes })?,
                 slot: None,
+                note_out: Staging::new(0)?,
+                note_in: Staging::new(0)?,
+                pull: None,
+                peer_reads: false,
+                peer_pid: 0,
+                maps: Vec::new(),
+                pulled: 0,
             });
         }
         let keys = links
@@ -245,6 +271,22 @@ impl<'c, B: Kernels, T: Element> HaloUpdater<'c, B, T> {
                 .collect::<Result<_>>()?;
             let (shared, slots) = shm::setup(world, &wants)?;
             links.iter_mut().zip(slots).for_each(|(l, s)| l.slot = s);
+            let sides: Vec<Side<'_>> = links
+                .iter()
+                .filter(|l| l.slot.is_some())
+                .map(|l| {
+                    let c = l.transformer.compiled();
+                    Side { rank: l.rank, pack: &c.pack, unpack: &c.unpack }
+                })
+                .collect();
+            let agreed = pull::agree(&shared.credits, &sides)?;
+            drop(sides);
+            for (l, a) in links.iter_mut().filter(|l| l.slot.is_some()).zip(agreed) {
+                (l.pull, l.peer_reads, l.peer_pid) = (a.pull, a.peer_reads, a.peer_pid);
+                // A note names each source of the link's pack plan (a quantity per boundary).
+                let note = pull::note_words(l.transformer.compiled().pack.source_lens().len()) * 8;
+                (l.note_out, l.note_in) = (Staging::new(note)?, Staging::new(note)?);
+            }
             Some(shared)
         } else {
             None
@@ -253,10 +295,16 @@ impl<'c, B: Kernels, T: Element> HaloUpdater<'c, B, T> {
         let (mut credit_recvs, mut credit_sends) = (Vec::new(), Vec::new());
         let none = std::ptr::NonNull::<u8>::dangling().as_ptr();
         for l in &links {
-            let (from, into) =
-                if l.direct { places(&l.transformer, aware)? } else { (l.send.as_ptr(), l.recv.as_ptr()) };
+            let (from, into, len) = if l.slot.is_some() {
+                (l.note_out.as_ptr(), l.note_in.as_ptr(), l.note_out.len())
+            } else if l.direct {
+                let (from, into) = places(&l.transformer, aware)?;
+                (from, into, l.bytes)
+            } else {
+                (l.send.as_ptr(), l.recv.as_ptr(), l.bytes)
+            };
             let rank = l.rank as i32; // below the communicator's size, an i32
-            let (comm, len) = (world.as_raw(), if l.slot.is_some() { 0 } else { l.bytes });
+            let comm = world.as_raw();
             recvs.push(Message { comm, rank, tag: l.recv_tag, ptr: into, len });
             sends.push(Message { comm, rank, tag: l.send_tag, ptr: from, len });
             if let Some(s) = &shared {
@@ -273,9 +321,10 @@ impl<'c, B: Kernels, T: Element> HaloUpdater<'c, B, T> {
         // writes a send's bytes only before starting it and refuses to run while an update
         // is in flight; `wait` reads a receive's bytes (or unpacks from them) only after it
         // completed; a pack buffer is only written by packing, in `start`. A link through
-        // the shared window sends and receives zero bytes (no buffer is touched). The
-        // communicators (the updater's, and the credits' duplicate in `shared`) are dropped
-        // after the requests.
+        // the shared window sends and receives its notes instead (staging buffers of the
+        // link, written by `start` before the send starts, read by `wait` after the receive
+        // completed). The communicators (the updater's, and the credits' duplicate in
+        // `shared`) are dropped after the requests.
         let requests = unsafe { Requests::new(&recvs, &sends, false)? };
         // SAFETY: zero-byte messages (no buffer), on the credits' communicator, which
         // `shared` holds until after the requests are dropped.
@@ -318,7 +367,7 @@ impl<'c, B: Kernels, T: Element> HaloUpdater<'c, B, T> {
         self.current = Phases::default();
         // In flight from the first receive on: a receive started before a failing one stays
         // active, and must be completed by `wait` (never started again while active).
-        self.in_flight = Some(Flight { arrived: Vec::new(), broken: None });
+        self.in_flight = Some(Flight { arrived: Vec::new(), broken: None, direct: Vec::new() });
         if let Err(e) = self.requests.start_receives() {
             return Err(self.broken(e));
         }
@@ -354,7 +403,11 @@ impl<'c, B: Kernels, T: Element> HaloUpdater<'c, B, T> {
         let t0 = Instant::now();
         let link = &mut self.links[k];
         if let (Some(slot), Some(shared)) = (link.slot, &self.shared) {
-            window::pack(link, k, slot, shared, &mut self.credits, xs, ys)?;
+            if window::pack(link, k, slot, shared, &mut self.credits, xs, ys)? {
+                if let Some(f) = self.in_flight.as_mut() {
+                    f.direct.push(k);
+                }
+            }
         } else if link.direct {
             link.transformer.async_pack(xs, ys)?;
             // The pack (a kernel on a device) must be complete before MPI reads its buffer.
@@ -399,7 +452,14 @@ impl<'c, B: Kernels, T: Element> HaloUpdater<'c, B, T> {
                 let link = &mut self.links[k];
                 if let (Some(slot), Some(shared)) = (link.slot, &self.shared) {
                     let (xs, ys) = &lists[k];
-                    window::unpack(link, k, slot, shared, &mut self.credits, xs, ys.as_deref())?;
+                    if let Err(e) =
+                        window::unpack(link, k, slot, shared, &mut self.credits, xs, ys.as_deref())?
+                    {
+                        // A copy out of the neighbour's memory failed; its credit went back
+                        // all the same (the neighbour's update completes), and this update
+                        // returns the error once every message completed.
+                        flight.broken.get_or_insert(e);
+                    }
                     flight.arrived.remove(0);
                     t = lap(&mut phases.unpack, t);
                     continue;
@@ -423,6 +483,12 @@ impl<'c, B: Kernels, T: Element> HaloUpdater<'c, B, T> {
         }
         self.requests.wait_sends()?;
         self.credits.wait_sends()?;
+        // The neighbours that copy from this rank's quantities are done with them.
+        while let Some(&k) = flight.direct.first() {
+            self.credits.wait_receive(k)?;
+            flight.direct.remove(0);
+        }
+        std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
         for link in &self.links {
             link.transformer.synchronize()?;
         }

@@ -14,6 +14,10 @@ use gpubuf_mpi::mpi::traits::CommunicatorCollectives;
 use gpubuf_mpi::HaloUpdater;
 use gpubuf_testkit::reference::rotate;
 use ndarray::{ArrayD, IxDyn, SliceInfoElem};
+use node::{expect_copied, Mode};
+
+#[path = "mpi_halo/node.rs"]
+mod node;
 
 const H: usize = 2;
 const NZ: usize = 2;
@@ -88,7 +92,7 @@ impl Tile {
 }
 
 /// A 2-D tile case: scalars and a vector pair, several updates of new values each time.
-/// With `shared` the updaters move messages between ranks of the node through shared
+/// With a shared `mode` the updaters move messages between ranks of the node through shared
 /// memory ([`HaloUpdater::on_node`]), and odd ranks wait before completing each update, so
 /// their neighbours start the next update (and would overwrite a slot not yet unpacked,
 /// without the credits) while they lag.
@@ -97,8 +101,9 @@ fn tile_case<B: Kernels>(
     comm: &SimpleCommunicator,
     layout: (usize, usize),
     periodic: bool,
-    shared: bool,
+    mode: Mode,
 ) -> Result<()> {
+    let shared = mode.shared();
     let tile = Tile::new(comm, layout, periodic)?;
     let specs = [tile.spec.clone(), tile.spec.clone()];
     let make = |name: &str, y: bool| {
@@ -113,9 +118,16 @@ fn tile_case<B: Kernels>(
     let mut scalars = make("scalars", false)?;
     let mut vectors = make("wind", true)?;
     let mut wrong = None;
+    // The same quantities every update, rewritten as soon as `wait` returns: a neighbour
+    // still copying from them then (node memory, a sender that did not wait for its
+    // credits) would get the next update's values.
+    let arrays: Vec<NDBuffer<B, f64>> =
+        (0..4).map(|_| mode.place(b, tile.me, tile.array(b, 0.0)?)).collect::<Result<_>>()?;
     for it in 0..4 {
         let salts = [0.0, 0.25, 0.5, 0.75].map(|s| s + f64::from(it) * 0.0625);
-        let arrays: Vec<NDBuffer<B, f64>> = salts.iter().map(|&s| tile.array(b, s)).collect::<Result<_>>()?;
+        for (a, &salt) in arrays.iter().zip(&salts) {
+            a.copy_from(&tile.array(b, salt)?)?;
+        }
         // Start both before waiting on either: their messages must not mix.
         scalars.start(&[&arrays[0], &arrays[1]], None)?;
         vectors.start(&[&arrays[2]], Some(&[&arrays[3]]))?;
@@ -150,6 +162,7 @@ fn tile_case<B: Kernels>(
     }
     // Host memory goes to MPI in place; device memory through host staging, both ways.
     for up in [&scalars, &vectors] {
+        expect_copied(up, tile.me, mode, 4)?;
         let staged = up.staged_bytes();
         let host = B::KIND == gpubuf_core::BackendKind::Cpu;
         if host != (staged == 0) {
@@ -316,7 +329,8 @@ fn comms_case<B: Kernels>(b: &B, comm: &SimpleCommunicator, layout: (usize, usiz
 
 /// The cubed sphere with one rank per face: every halo equals the neighbour face's edge,
 /// rotated by an independent reference, with vector components swapped and negated.
-fn cube_case<B: Kernels>(b: &B, comm: &SimpleCommunicator, shared: bool) -> Result<()> {
+fn cube_case<B: Kernels>(b: &B, comm: &SimpleCommunicator, mode: Mode) -> Result<()> {
+    let shared = mode.shared();
     let part = CubedSpherePartitioner::new(1)?;
     let me = comm.rank() as usize;
     let n = 4usize;
@@ -333,9 +347,8 @@ fn cube_case<B: Kernels>(b: &B, comm: &SimpleCommunicator, shared: bool) -> Resu
         })
     };
     let (sx, sy, ss) = (0.0, 0.5, 0.25);
-    let ux = NDBuffer::from_ndarray(b, face_field(sx, me).view())?;
-    let uy = NDBuffer::from_ndarray(b, face_field(sy, me).view())?;
-    let s = NDBuffer::from_ndarray(b, face_field(ss, me).view())?;
+    let field = |salt: f64| mode.place(b, me, NDBuffer::from_ndarray(b, face_field(salt, me).view())?);
+    let (ux, uy, s) = (field(sx)?, field(sy)?, field(ss)?);
     let one = std::slice::from_ref(&spec);
     let make = |y: Option<&[QuantityHaloSpec]>, name: &str| {
         if shared {
@@ -350,6 +363,8 @@ fn cube_case<B: Kernels>(b: &B, comm: &SimpleCommunicator, shared: bool) -> Resu
         vec_up.update(&[&ux], Some(&[&uy]))?;
         sc_up.update(&[&s], None)?;
     }
+    expect_copied(&vec_up, me, mode, 2)?;
+    expect_copied(&sc_up, me, mode, 2)?;
     let (gx, gy, gs) = (ux.to_ndarray()?, uy.to_ndarray()?, s.to_ndarray()?);
     for br in Boundary::ALL {
         let recv = spec.boundary_slices(br, false)?;
@@ -387,19 +402,37 @@ fn run_all<B: Kernels>(b: &B, world: &SimpleCommunicator, results: &mut Vec<(Str
     let tag = B::KIND.name();
     match world.size() {
         1 => {
-            results.push((format!("{tag} tile 1x1 periodic"), tile_case(b, world, (1, 1), true, false)));
-            results
-                .push((format!("{tag} tile 1x1 periodic on node"), tile_case(b, world, (1, 1), true, true)));
+            results.push((
+                format!("{tag} tile 1x1 periodic"),
+                tile_case(b, world, (1, 1), true, Mode::Messages),
+            ));
+            results.push((
+                format!("{tag} tile 1x1 periodic on node"),
+                tile_case(b, world, (1, 1), true, Mode::Window),
+            ));
             results.push((format!("{tag} tile 1x1 errors"), errors_case(b, world, (1, 1))));
             results.push((format!("{tag} tile 1x1 tags"), tags_case(b, world, (1, 1))));
             results.push((format!("{tag} tile 1x1 communicators"), comms_case(b, world, (1, 1))));
         }
         4 => {
-            results.push((format!("{tag} tile 2x2 periodic"), tile_case(b, world, (2, 2), true, false)));
-            results.push((format!("{tag} tile 2x2 open"), tile_case(b, world, (2, 2), false, false)));
+            results.push((
+                format!("{tag} tile 2x2 periodic"),
+                tile_case(b, world, (2, 2), true, Mode::Messages),
+            ));
             results
-                .push((format!("{tag} tile 2x2 periodic on node"), tile_case(b, world, (2, 2), true, true)));
-            results.push((format!("{tag} tile 2x2 open on node"), tile_case(b, world, (2, 2), false, true)));
+                .push((format!("{tag} tile 2x2 open"), tile_case(b, world, (2, 2), false, Mode::Messages)));
+            results.push((
+                format!("{tag} tile 2x2 periodic on node"),
+                tile_case(b, world, (2, 2), true, Mode::Window),
+            ));
+            results.push((
+                format!("{tag} tile 2x2 open on node"),
+                tile_case(b, world, (2, 2), false, Mode::Window),
+            ));
+            for mode in [Mode::Node, Mode::Mixed] {
+                let r = tile_case(b, world, (2, 2), true, mode);
+                results.push((format!("{tag} tile 2x2 periodic {mode:?} memory"), r));
+            }
             results.push((format!("{tag} tile 2x2 errors"), errors_case(b, world, (2, 2))));
             results.push((format!("{tag} tile 2x2 tags"), tags_case(b, world, (2, 2))));
             results.push((format!("{tag} tile 2x2 communicators"), comms_case(b, world, (2, 2))));
@@ -407,14 +440,21 @@ fn run_all<B: Kernels>(b: &B, world: &SimpleCommunicator, results: &mut Vec<(Str
             // neighbour is the same rank.
             let pair = world.split_by_color(Color::with_value(world.rank() / 2));
             if let Some(pair) = pair {
-                results.push((format!("{tag} tile 1x2 periodic"), tile_case(b, &pair, (1, 2), true, false)));
-                let on_node = tile_case(b, &pair, (1, 2), true, true);
+                results.push((
+                    format!("{tag} tile 1x2 periodic"),
+                    tile_case(b, &pair, (1, 2), true, Mode::Messages),
+                ));
+                let on_node = tile_case(b, &pair, (1, 2), true, Mode::Window);
                 results.push((format!("{tag} tile 1x2 periodic on node"), on_node));
+                let node = tile_case(b, &pair, (1, 2), true, Mode::Mixed);
+                results.push((format!("{tag} tile 1x2 periodic mixed memory"), node));
             }
         }
         6 => {
-            results.push((format!("{tag} cubed sphere 1x1"), cube_case(b, world, false)));
-            results.push((format!("{tag} cubed sphere 1x1 on node"), cube_case(b, world, true)));
+            results.push((format!("{tag} cubed sphere 1x1"), cube_case(b, world, Mode::Messages)));
+            results.push((format!("{tag} cubed sphere 1x1 on node"), cube_case(b, world, Mode::Window)));
+            results.push((format!("{tag} cubed sphere 1x1 node memory"), cube_case(b, world, Mode::Node)));
+            results.push((format!("{tag} cubed sphere 1x1 mixed memory"), cube_case(b, world, Mode::Mixed)));
             results.push((format!("{tag} tile 2x3 errors"), errors_case(b, world, (2, 3))));
             results.push((format!("{tag} tile 2x3 tags"), tags_case(b, world, (2, 3))));
             results.push((format!("{tag} tile 2x3 communicators"), comms_case(b, world, (2, 3))));

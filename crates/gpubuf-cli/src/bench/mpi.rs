@@ -4,9 +4,12 @@
 //! Six ranks hold the faces of a cubed sphere, four a 2x2 periodic tile layout. Per case
 //! (`c48`: 48x48x79 cells, `c96`: 96x96x79; f64, a 3-point halo, dims (x, y, z) with z
 //! fastest) it times an update of four scalar fields at once and of one vector pair,
-//! `--reps` times after two warm-ups, each rep starting together (a barrier), with an
-//! updater from `HaloUpdater::on_node` (`<kind>_update_us`: neighbours on the node through
-//! shared memory) and one from `HaloUpdater::new` (`<kind>_messages_us`: every message
+//! `--reps` times after two warm-ups, each rep starting together (a barrier), three ways:
+//! an updater from `HaloUpdater::on_node` with the fields in node-shared memory
+//! (`<kind>_update_us`: each halo copied once, straight from the neighbour's field, on the
+//! CPU backend), the same updater with ordinary fields (`<kind>_window_us`: packed into the
+//! receiver's shared-memory slot and unpacked from it), and one from `HaloUpdater::new`
+//! (`<kind>_messages_us`: every message
 //! through MPI). The figure is the slowest rank's mean; the baseline is the same for
 //! `Irecv`/`Isend`/`Waitall` of the updater's message sizes with no pack or unpack;
 //! `halo_gbps` is the bytes a rank receives per second in the scalar update.
@@ -24,7 +27,7 @@ use gpubuf::mpi::mpi::collective::SystemOperation;
 use gpubuf::mpi::mpi::request::WaitGuard;
 use gpubuf::mpi::mpi::topology::{Communicator, SimpleCommunicator};
 use gpubuf::mpi::mpi::traits::{CommunicatorCollectives, Destination, Source};
-use gpubuf::mpi::{HaloUpdater, Phases};
+use gpubuf::mpi::{node_buffer, HaloUpdater, Phases};
 use gpubuf::{with_backend, BackendKind, BackendVisitor, DType, Error, Kernels, NDBuffer, Order, Result};
 use std::time::Instant;
 
@@ -121,7 +124,7 @@ impl BackendVisitor for Run<'_> {
         let root = world.rank() == 0;
         let breakdown = std::env::var_os(BREAKDOWN_ENV).is_some_and(|v| !v.is_empty() && v != "0");
         let pb = if root {
-            progress((CASES.len() * 6 * opts.reps) as u64, "mpi")
+            progress((CASES.len() * 8 * opts.reps) as u64, "mpi")
         } else {
             indicatif::ProgressBar::hidden()
         };
@@ -132,6 +135,11 @@ impl BackendVisitor for Run<'_> {
                 QuantityHaloSpec::centered(&[Dim::X, Dim::Y, Dim::Z], &[n, n, nz], N_HALO, 0, DType::F64)?;
             let fields: Vec<NDBuffer<B, f64>> = (0..6)
                 .map(|k| NDBuffer::create(&b, &spec.shape, Order::C, Some(k as f64 + 0.5)))
+                .collect::<Result<_>>()?;
+            // The same fields in node-shared memory (on the CPU backend), which `on_node`
+            // updaters copy halos straight out of.
+            let node: Vec<NDBuffer<B, f64>> = (0..6)
+                .map(|k| node_buffer(&b, &spec.shape, Order::C, Some(k as f64 + 0.5)))
                 .collect::<Result<_>>()?;
             let scalars4 = vec![spec.clone(); 4];
             let one = std::slice::from_ref(&spec);
@@ -157,33 +165,35 @@ impl BackendVisitor for Run<'_> {
                 HaloUpdater::<B, f64>::new(&b, world, &*part, &scalars4, None, &format!("bench-{name}-sm"))?;
             let mut vector_mp =
                 HaloUpdater::<B, f64>::new(&b, world, &*part, one, Some(one), &format!("bench-{name}-vm"))?;
-            let xs: Vec<&NDBuffer<B, f64>> = fields[..4].iter().collect();
-            let (ux, uy) = (&fields[4], &fields[5]);
+            let plain: Vec<&NDBuffer<B, f64>> = fields.iter().collect();
+            let shared: Vec<&NDBuffer<B, f64>> = node.iter().collect();
             let kinds =
                 [("scalar", &mut scalar, &mut scalar_mp, 4usize), ("vector", &mut vector, &mut vector_mp, 2)];
             for (kind, up, up_mp, count) in kinds {
                 let links = up.message_bytes();
                 let send: Vec<Vec<u8>> = links.iter().map(|&(_, bytes)| vec![1u8; bytes]).collect();
                 let mut recv: Vec<Vec<u8>> = links.iter().map(|&(_, bytes)| vec![0u8; bytes]).collect();
-                let timed = |up: &mut HaloUpdater<'_, B, f64>| -> Result<(f64, Phases)> {
-                    let mut calls = 0usize;
-                    let secs = mean_secs(world, opts.reps, || {
-                        pb.inc(1);
-                        if calls == 2 {
-                            // The breakdown counts the timed updates, not the two warm-ups.
-                            up.reset_phases();
-                        }
-                        calls += 1;
-                        if count == 4 {
-                            up.update(&xs, None)
-                        } else {
-                            up.update(&[ux], Some(&[uy]))
-                        }
-                    })?;
-                    Ok((slowest(world, secs), up.phases()))
-                };
-                let (secs, phases) = timed(up)?;
-                let (secs_mp, phases_mp) = timed(up_mp)?;
+                let timed =
+                    |up: &mut HaloUpdater<'_, B, f64>, f: &[&NDBuffer<B, f64>]| -> Result<(f64, Phases)> {
+                        let mut calls = 0usize;
+                        let secs = mean_secs(world, opts.reps, || {
+                            pb.inc(1);
+                            if calls == 2 {
+                                // The breakdown counts the timed updates, not the two warm-ups.
+                                up.reset_phases();
+                            }
+                            calls += 1;
+                            if count == 4 {
+                                up.update(&f[..4], None)
+                            } else {
+                                up.update(&f[4..5], Some(&f[5..6]))
+                            }
+                        })?;
+                        Ok((slowest(world, secs), up.phases()))
+                    };
+                let (secs, phases) = timed(up, &shared)?;
+                let (secs_win, _) = timed(up, &plain)?;
+                let (secs_mp, phases_mp) = timed(up_mp, &plain)?;
                 let mut split = [0.0f64; 2];
                 let mut runs = 0usize;
                 let raw = mean_secs(world, opts.reps, || {
@@ -197,6 +207,12 @@ impl BackendVisitor for Run<'_> {
                 })?;
                 let raw = slowest(world, raw);
                 results.push(Entry::versus(format!("{name}/{kind}_update_us"), secs * 1e6, "us", raw * 1e6));
+                results.push(Entry::versus(
+                    format!("{name}/{kind}_window_us"),
+                    secs_win * 1e6,
+                    "us",
+                    raw * 1e6,
+                ));
                 results.push(Entry::versus(
                     format!("{name}/{kind}_messages_us"),
                     secs_mp * 1e6,

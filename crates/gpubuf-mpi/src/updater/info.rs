@@ -53,6 +53,13 @@ impl<B: Kernels, T: Element> HaloUpdater<'_, B, T> {
         self.links.iter().filter(|l| l.slot.is_some()).map(|l| l.rank).collect()
     }
 
+    /// Bytes this rank received in one copy, straight from the neighbours' node-shared
+    /// quantities (see [`HaloUpdater::on_node`] and [`crate::node_buffer`]), by every update
+    /// so far.
+    pub fn copied_bytes(&self) -> usize {
+        self.links.iter().map(|l| l.pulled).sum()
+    }
+
     /// Neighbour ranks, one transformer and one message each way per neighbour.
     pub fn neighbors(&self) -> Vec<usize> {
         self.links.iter().map(|l| l.rank).collect()

@@ -4,22 +4,37 @@
 use super::{HaloUpdater, Link};
 use crate::comm::Comm;
 use crate::hostplan;
+use crate::pull;
 use crate::requests::Requests;
 use crate::shm::{Shared, Slot};
 use gpubuf_buffer::NDBuffer;
 use gpubuf_core::{Element, Error, Kernels, Result};
 use gpubuf_halo::{Partitioner, QuantityHaloSpec};
+use std::sync::atomic::{fence, Ordering};
 
 impl<'c, B: Kernels, T: Element> HaloUpdater<'c, B, T> {
     /// As [`HaloUpdater::new`], with the messages between ranks of one node moved through
-    /// shared memory when both sides' buffers are host memory (the CPU backend): each
-    /// rank's receive slots lie in an `MPI_Win_allocate_shared` window of the node, the
-    /// sender packs straight into the receiver's slot and sends a zero-byte notification,
-    /// and the receiver unpacks straight from its slot, then returns a zero-byte credit
-    /// (on a duplicate of the communicator) that the sender waits for before it packs into
-    /// that slot again. The halo bytes then move twice per update (pack, unpack) instead of
-    /// three times (pack, MPI's copy, unpack). Links to other nodes, and every link of a
-    /// backend whose memory is not host memory, pass messages as [`HaloUpdater::new`] does.
+    /// shared memory when both sides' buffers are host memory (the CPU backend):
+    ///
+    /// * **One copy**, when the sender's quantities were made by [`crate::node_buffer`]
+    ///   (node-shared memory) and the receiver can map them (same user, ptrace allowed, as
+    ///   for Open MPI's single-copy transport; settled per link when the updater is made):
+    ///   the sender's note names its quantities, and the receiver copies its halo straight
+    ///   out of them (the sender's pack plan composed with the receiver's unpack plan, row
+    ///   by row), then returns a credit. The sender's [`HaloUpdater::wait`] returns only
+    ///   after every such neighbour's credit, so **the quantities must not be written
+    ///   between `start` and the end of `wait`**: the neighbours read them meanwhile.
+    /// * **Two copies** otherwise: each rank's receive slots lie in an
+    ///   `MPI_Win_allocate_shared` window of the node, the sender packs straight into the
+    ///   receiver's slot and sends a note, and the receiver unpacks straight from its
+    ///   slot, then returns a credit (on a duplicate of the communicator) that the sender
+    ///   waits for before it packs into that slot again.
+    ///
+    /// The sender picks the way per update (its quantities decide), so both kinds of
+    /// quantities work with the same updater. Message passing ([`HaloUpdater::new`]) moves
+    /// the bytes three times (pack, MPI's copy, unpack). Links to other nodes, and every link
+    /// of a backend whose memory is not host memory, pass messages as [`HaloUpdater::new`]
+    /// does.
     ///
     /// **Collective** over `comm`: every rank calls it (in the same order relative to other
     /// collective calls), and dropping the updater is collective over the node's ranks
@@ -45,52 +60,118 @@ fn outside_host() -> Error {
     Error::invalid("a shared-memory halo link got quantities outside host memory")
 }
 
-/// Waits for the credit of link `k`'s previous message (the neighbour unpacked it), packs
-/// into the neighbour's slot and starts the receive of the next credit. The caller then
-/// starts the zero-byte notification.
-pub(super) fn pack<B: Kernels, T: Element>(
-    link: &Link<B, T>,
-    k: usize,
-    slot: Slot,
-    shared: &Shared,
-    credits: &mut Requests,
-    xs: &[&NDBuffer<B, T>],
-    ys: Option<&[&NDBuffer<B, T>]>,
-) -> Result<()> {
-    credits.wait_receive(k)?;
-    shared.sync();
-    let q: Vec<&NDBuffer<B, T>> = xs.iter().chain(ys.into_iter().flatten()).copied().collect();
-    // SAFETY: `slot.peer` is the neighbour's slot of `link.bytes` bytes for this rank's
-    // message (the plan's buffer), 64-byte aligned, in the node's window, which `shared`
-    // keeps mapped. Only this rank writes it, and only here: the neighbour reads it after
-    // this update's notification, and returns the credit awaited above once it no longer
-    // does (the first update awaits none: the slot is fresh).
-    if !unsafe { hostplan::run(&link.transformer.compiled().pack, &q, slot.peer, true)? } {
-        return Err(outside_host());
-    }
-    shared.sync();
-    credits.start_receive(k)
+/// Words of a note.
+fn words(bytes: &[u8]) -> Vec<u64> {
+    bytes.chunks_exact(8).map(|c| u64::from_ne_bytes(c.try_into().unwrap_or([0; 8]))).collect()
 }
 
-/// Unpacks link `k`'s message (its notification arrived) from this rank's slot and
-/// returns the credit.
-pub(super) fn unpack<B: Kernels, T: Element>(
-    link: &Link<B, T>,
+/// Waits for the credit of link `k`'s previous message (the neighbour is done with it),
+/// then writes this update's note: a direct note naming the quantities when they are
+/// node-shared memory and the neighbour can map it (`Ok(true)`: the neighbour copies from
+/// them, and the update completes only after its credit), else packs into the
+/// neighbour's slot (`Ok(false)`). Starts the receive of the credit. The caller then
+/// starts the note's send.
+pub(super) fn pack<B: Kernels, T: Element>(
+    link: &mut Link<B, T>,
     k: usize,
     slot: Slot,
     shared: &Shared,
     credits: &mut Requests,
     xs: &[&NDBuffer<B, T>],
     ys: Option<&[&NDBuffer<B, T>]>,
-) -> Result<()> {
-    shared.sync();
+) -> Result<bool> {
+    credits.wait_receive(k)?;
     let q: Vec<&NDBuffer<B, T>> = xs.iter().chain(ys.into_iter().flatten()).copied().collect();
+    let plan = &link.transformer.compiled().pack;
+    let direct = if link.peer_reads { pull::note(plan, &q)? } else { None };
+    let note = match direct {
+        Some(note) => note,
+        None => {
+            shared.sync();
+            // SAFETY: `slot.peer` is the neighbour's slot of `link.bytes` bytes for this
+            // rank's message (the plan's buffer), 64-byte aligned, in the node's window,
+            // which `shared` keeps mapped. Only this rank writes it, and only here: the
+            // neighbour reads it after this update's note, and returns the credit awaited
+            // above once it no longer does (the first update awaits none: the slot is
+            // fresh).
+            if !unsafe { hostplan::run(plan, &q, slot.peer, true)? } {
+                return Err(outside_host());
+            }
+            shared.sync();
+            let mut note = vec![0u64; pull::note_words(q.len())];
+            note[0] = pull::SLOT;
+            note
+        }
+    };
+    // SAFETY: the note's send is not active: the previous update's `wait` completed it,
+    // and this update starts it after this call.
+    let out = unsafe { link.note_out.bytes_mut() };
+    if out.len() != note.len() * 8 {
+        return Err(Error::invalid("a note of another length than the link's"));
+    }
+    out.iter_mut().zip(note.iter().flat_map(|w| w.to_ne_bytes())).for_each(|(o, b)| *o = b);
+    // The quantities' last writes before the neighbour reads them.
+    fence(Ordering::SeqCst);
+    credits.start_receive(k)?;
+    Ok(note[0] == pull::DIRECT)
+}
+
+/// Completes link `k`'s message (its note arrived): unpacks from this rank's slot, or
+/// copies straight from the neighbour's quantities the note names, then returns the
+/// credit. The outer error leaves the message pending (nothing was read, or the slot can
+/// be unpacked again); the inner one is a failed direct copy, whose credit was returned
+/// (the halo of that neighbour may be partly written).
+pub(super) fn unpack<B: Kernels, T: Element>(
+    link: &mut Link<B, T>,
+    k: usize,
+    slot: Slot,
+    shared: &Shared,
+    credits: &mut Requests,
+    xs: &[&NDBuffer<B, T>],
+    ys: Option<&[&NDBuffer<B, T>]>,
+) -> Result<Result<()>> {
+    let q: Vec<&NDBuffer<B, T>> = xs.iter().chain(ys.into_iter().flatten()).copied().collect();
+    // SAFETY: this link's note receive completed, so MPI no longer writes its buffer.
+    let note = words(unsafe { link.note_in.bytes() });
+    fence(Ordering::SeqCst);
+    if note.first() == Some(&pull::DIRECT) {
+        let copied = copy(link, &note, &q);
+        fence(Ordering::SeqCst);
+        credits.start_send(k)?;
+        return Ok(copied);
+    }
+    shared.sync();
     // SAFETY: `slot.own` is this rank's slot of `link.bytes` bytes for the neighbour's
     // message, 64-byte aligned, in the window `shared` keeps mapped; the neighbour wrote it
-    // before its notification arrived and writes it again only after the credit below.
+    // before its note arrived and writes it again only after the credit below.
     if !unsafe { hostplan::run(&link.transformer.compiled().unpack, &q, slot.own, false)? } {
         return Err(outside_host());
     }
     shared.sync();
-    credits.start_send(k)
+    credits.start_send(k)?;
+    Ok(Ok(()))
+}
+
+/// The direct copy of a note: the neighbour's quantities it names, mapped, into this
+/// rank's halos.
+fn copy<B: Kernels, T: Element>(link: &mut Link<B, T>, note: &[u64], q: &[&NDBuffer<B, T>]) -> Result<()> {
+    let Some(pull) = link.pull.as_ref() else {
+        return Err(Error::invalid("a neighbour sent a direct note to a rank that cannot map its memory"));
+    };
+    let size = T::DTYPE.size();
+    let srcs = pull::sources(note, pull, link.peer_pid, size, &mut link.maps)?;
+    let unpack = &link.transformer.compiled().unpack;
+    let done = hostplan::with_quantities(unpack.source_lens(), q, |dsts| {
+        // SAFETY: each source is a read-only mapping of the neighbour's node-shared
+        // memory, holding the elements the runs read (checked by `sources`); the
+        // neighbour writes none of them until this rank's credit (its update waits for
+        // it), and the mappings live in `link.maps` for the call. Each destination is this
+        // rank's quantity, locked for the call, holding the unpack plan's source length
+        // (checked by `with_quantities`); the neighbour is another process (`agree`
+        // never lets a rank read itself), so its segments are not this rank's memory.
+        unsafe { pull.run(&srcs, dsts, T::DTYPE) }
+    })?;
+    done.ok_or_else(outside_host)??;
+    link.pulled = link.pulled.saturating_add(link.bytes);
+    Ok(())
 }

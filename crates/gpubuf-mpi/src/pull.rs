@@ -1,0 +1,196 @@
+//! Halo messages in one copy between ranks of a node: when the sender's quantities live in
+//! node-shared memory ([`crate::node_buffer`]), its note names them (segment and
+//! offset of each quantity's first element) instead of carrying packed data, and the
+//! receiver copies its halo straight out of them with the composed runs of
+//! [`crate::runs`], then returns the credit the sender waits for before its update
+//! completes. Links agree at setup whether each side can map the other's memory.
+
+use crate::node::{self, PeerMap, Probe, SegmentId};
+use crate::runs::{compose, pack_runs, Pull, RUN_WORDS};
+use gpubuf_buffer::NDBuffer;
+use gpubuf_core::{CopyPlan, DeviceMemory, Element, Error, Kernels, Result};
+use gpubuf_cpu::CpuMemory;
+use mpi::request::WaitGuard;
+use mpi::topology::{Communicator, SimpleCommunicator};
+use mpi::traits::{Destination, Source};
+use std::any::Any;
+
+/// A note saying the message was packed into the receiver's slot.
+pub(crate) const SLOT: u64 = 0;
+/// A note naming the sender's quantities, to copy from.
+pub(crate) const DIRECT: u64 = 1;
+
+/// Words of a note for `quantities` quantities: kind, count, then per quantity its
+/// segment's descriptor, inode and length and the byte offset of its first element.
+pub(crate) fn note_words(quantities: usize) -> usize {
+    2 + 4 * quantities
+}
+
+/// What two neighbours settled at setup for one link.
+pub(crate) struct Agreed {
+    /// This rank can map the neighbour's memory: the composed copy of its messages.
+    pub pull: Option<Pull>,
+    /// The neighbour can map this rank's memory (so this rank may send direct notes).
+    pub peer_reads: bool,
+    /// The neighbour's process id.
+    pub peer_pid: u64,
+}
+
+/// One link as [`agree`] needs it.
+pub(crate) struct Side<'a> {
+    pub rank: usize,
+    pub pack: &'a CopyPlan,
+    pub unpack: &'a CopyPlan,
+}
+
+/// Collective between the ranks of each link (both sides call it for their link, on
+/// `comm`, which carries nothing else meanwhile): exchanges process ids, a probe segment
+/// each side tries to map, and the pack plans as runs; composes each readable neighbour's
+/// runs with this rank's unpack plan.
+///
+/// # Errors
+/// [`Error::InvalidArgument`] when a neighbour's runs do not fit this rank's unpack plan
+/// (different halo specs on the two ranks); MPI errors abort.
+pub(crate) fn agree(comm: &SimpleCommunicator, links: &[Side<'_>]) -> Result<Vec<Agreed>> {
+    let pid = u64::from(std::process::id());
+    let magic = (pid << 20) ^ 0x0067_7062_7566_6e6f;
+    // No probe (no memfd here): the neighbours cannot read this rank, and are told so.
+    let probe = Probe::new(magic).ok();
+    let none = SegmentId { fd: u64::MAX, ino: 0, len: 0 };
+    let id = probe.as_ref().and_then(Probe::id).unwrap_or(none);
+    let runs: Vec<Vec<u64>> = links.iter().map(|l| pack_runs(l.pack)).collect();
+    let offers: Vec<[u64; 6]> =
+        runs.iter().map(|r| [pid, id.fd, id.ino, id.len, magic, (r.len() / RUN_WORDS) as u64]).collect();
+    let mut theirs = vec![[0u64; 6]; links.len()];
+    mpi::request::scope(|scope| {
+        let mut guards = Vec::with_capacity(2 * links.len());
+        for (l, t) in links.iter().zip(theirs.iter_mut()) {
+            let p = comm.process_at_rank(l.rank as i32);
+            guards.push(WaitGuard::from(p.immediate_receive_into_with_tag(scope, &mut t[..], 2)));
+        }
+        for (l, o) in links.iter().zip(&offers) {
+            let p = comm.process_at_rank(l.rank as i32);
+            guards.push(WaitGuard::from(p.immediate_send_with_tag(scope, &o[..], 2)));
+        }
+    });
+    // Each side tries to read the other's probe, then sends the verdict with its runs.
+    let mut outgoing = Vec::with_capacity(links.len());
+    let mut incoming = Vec::with_capacity(links.len());
+    for ((l, t), r) in links.iter().zip(&theirs).zip(&runs) {
+        // Not from this process itself (a rank that is its own neighbour): its halo and
+        // the cells it copies from would be two mappings of one file.
+        let readable = t[0] != pid
+            && t[1] != u64::MAX
+            && node::can_read(t[0], SegmentId { fd: t[1], ino: t[2], len: t[3] }, t[4]);
+        let mut words = Vec::with_capacity(1 + r.len());
+        words.push(u64::from(readable));
+        words.extend_from_slice(r);
+        outgoing.push(words);
+        // Each run moves at least one element of the message.
+        let count = usize::try_from(t[5]).ok().filter(|&n| n <= l.unpack.buffer_len());
+        let count = count
+            .ok_or_else(|| Error::invalid("a neighbour sent more runs than its message has elements"))?;
+        incoming.push(vec![0u64; 1 + count * RUN_WORDS]);
+    }
+    mpi::request::scope(|scope| {
+        let mut guards = Vec::with_capacity(2 * links.len());
+        for (l, t) in links.iter().zip(incoming.iter_mut()) {
+            let p = comm.process_at_rank(l.rank as i32);
+            guards.push(WaitGuard::from(p.immediate_receive_into_with_tag(scope, &mut t[..], 3)));
+        }
+        for (l, o) in links.iter().zip(&outgoing) {
+            let p = comm.process_at_rank(l.rank as i32);
+            guards.push(WaitGuard::from(p.immediate_send_with_tag(scope, &o[..], 3)));
+        }
+    });
+    drop(probe);
+    let mut out = Vec::with_capacity(links.len());
+    for (((l, t), mine), got) in links.iter().zip(&theirs).zip(&outgoing).zip(&incoming) {
+        // The neighbour's plan has as many sources as this rank's (one per quantity and
+        // boundary shared with it, the same boundaries counted from either side).
+        let sources = l.pack.source_lens().len();
+        let pull = if mine[0] != 0 { Some(compose(&got[1..], l.unpack, sources)?) } else { None };
+        out.push(Agreed { pull, peer_reads: got[0] != 0, peer_pid: t[0] });
+    }
+    Ok(out)
+}
+
+/// The note naming `quantities` (the pack plan's sources, in order) for a direct message,
+/// or `None` when one of them is not node-shared memory of this process (the message is
+/// then packed into the receiver's slot).
+///
+/// # Errors
+/// [`Error::InvalidArgument`] for a quantity shorter than the plan's source.
+pub(crate) fn note<B: Kernels, T: Element>(
+    plan: &CopyPlan,
+    quantities: &[&NDBuffer<B, T>],
+) -> Result<Option<Vec<u64>>> {
+    let size = T::DTYPE.size();
+    let mut words = Vec::with_capacity(note_words(quantities.len()));
+    words.extend_from_slice(&[DIRECT, quantities.len() as u64]);
+    if quantities.len() != plan.source_lens().len() {
+        return Err(Error::invalid("fewer quantities than the halo plan's sources"));
+    }
+    for (q, &need) in quantities.iter().zip(plan.source_lens()) {
+        let storage = q.storage();
+        let memory: &dyn Any = storage.memory;
+        let Some(cpu) = memory.downcast_ref::<CpuMemory>() else { return Ok(None) };
+        let Some(id) = node::lookup(cpu.as_ptr()) else { return Ok(None) };
+        let first = q.layout().offset().checked_mul(size).and_then(|s| s.checked_add(storage.offset));
+        let end = first.and_then(|s| need.checked_mul(size).and_then(|n| n.checked_add(s)));
+        let limit = storage.offset.checked_add(storage.len).filter(|&l| l <= cpu.len());
+        match (first, end, limit) {
+            (Some(f), Some(e), Some(l)) if e <= l && f % size == 0 => {
+                words.extend_from_slice(&[id.fd, id.ino, id.len, f as u64]);
+            }
+            _ => return Err(Error::invalid("a quantity is shorter than its halo plan")),
+        }
+    }
+    Ok(Some(words))
+}
+
+/// The neighbour's quantities named by a direct `note`, mapped (reusing `maps`, which
+/// keeps only the segments this note names): each one's first element, checked to hold
+/// the elements `pull` reads.
+///
+/// # Errors
+/// [`Error::InvalidArgument`] for a malformed note, a segment that cannot be mapped (see
+/// [`node::map_peer`]) or one too short for the runs.
+pub(crate) fn sources(
+    note: &[u64],
+    pull: &Pull,
+    pid: u64,
+    size: usize,
+    maps: &mut Vec<PeerMap>,
+) -> Result<Vec<*const u8>> {
+    let n = pull.src_extent.len();
+    if note.len() != note_words(n) || note[1] != n as u64 {
+        return Err(Error::invalid("a neighbour's note names another number of quantities"));
+    }
+    maps.iter_mut().for_each(|m| m.used = false);
+    let mut found = Vec::with_capacity(n);
+    for (w, &extent) in note[2..].chunks_exact(4).zip(&pull.src_extent) {
+        let id = SegmentId { fd: w[0], ino: w[1], len: w[2] };
+        let at = match maps.iter().position(|m| m.id == id) {
+            Some(at) => at,
+            None => {
+                maps.push(node::map_peer(pid, id)?);
+                maps.len() - 1
+            }
+        };
+        maps[at].used = true;
+        let end = extent.checked_mul(size).and_then(|b| usize::try_from(w[3]).ok()?.checked_add(b));
+        if end.is_none_or(|e| e as u64 > id.len) {
+            return Err(Error::invalid("a neighbour's quantity is shorter than its halo message"));
+        }
+        found.push((id, w[3] as usize));
+    }
+    maps.retain(|m| m.used);
+    Ok(found
+        .iter()
+        .map(|(id, off)| {
+            // In bounds of the mapping: `off` + the bytes read lie within it (checked above).
+            maps.iter().find(|m| m.id == *id).map_or(std::ptr::null(), |m| m.ptr.wrapping_add(*off))
+        })
+        .collect())
+}
