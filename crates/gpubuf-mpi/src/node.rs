@@ -19,13 +19,19 @@ use std::ffi::CString;
 use std::ptr::NonNull;
 use std::sync::Mutex;
 
-/// A segment as a neighbour names it: descriptor, inode and length.
+/// A segment as a neighbour names it: descriptor, inode and length, and a serial number
+/// of the owning process that no other segment of it ever had (so a cached mapping is
+/// never taken for a later file, even one that got the same descriptor and inode).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct SegmentId {
     pub fd: u64,
     pub ino: u64,
     pub len: u64,
+    pub serial: u64,
 }
+
+/// The serial number of the next segment of this process.
+static SERIAL: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 /// The live segments of this process, by the address of their first byte.
 static SEGMENTS: Mutex<BTreeMap<usize, SegmentId>> = Mutex::new(BTreeMap::new());
@@ -112,7 +118,8 @@ impl Segment {
             unsafe { libc::munmap(raw, len) };
             return Err(close(e));
         }
-        let id = SegmentId { fd: fd as u64, ino: st.st_ino, len: len as u64 };
+        let serial = SERIAL.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let id = SegmentId { fd: fd as u64, ino: st.st_ino, len: len as u64, serial };
         registry().insert(ptr.as_ptr() as usize, id);
         Ok(Segment { ptr, len, fd })
     }

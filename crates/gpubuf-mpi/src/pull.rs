@@ -21,9 +21,10 @@ pub(crate) const SLOT: u64 = 0;
 pub(crate) const DIRECT: u64 = 1;
 
 /// Words of a note for `quantities` quantities: kind, count, then per quantity its
-/// segment's descriptor, inode and length and the byte offset of its first element.
+/// segment's descriptor, inode, length and serial number and the byte offset of its first
+/// element.
 pub(crate) fn note_words(quantities: usize) -> usize {
-    2 + 4 * quantities
+    2 + 5 * quantities
 }
 
 /// What two neighbours settled at setup for one link.
@@ -56,7 +57,7 @@ pub(crate) fn agree(comm: &SimpleCommunicator, links: &[Side<'_>]) -> Result<Vec
     let magic = (pid << 20) ^ 0x0067_7062_7566_6e6f;
     // No probe (no memfd here): the neighbours cannot read this rank, and are told so.
     let probe = Probe::new(magic).ok();
-    let none = SegmentId { fd: u64::MAX, ino: 0, len: 0 };
+    let none = SegmentId { fd: u64::MAX, ino: 0, len: 0, serial: 0 };
     let id = probe.as_ref().and_then(Probe::id).unwrap_or(none);
     let runs: Vec<Vec<u64>> = links.iter().map(|l| pack_runs(l.pack)).collect();
     let offers: Vec<[u64; 6]> =
@@ -81,7 +82,7 @@ pub(crate) fn agree(comm: &SimpleCommunicator, links: &[Side<'_>]) -> Result<Vec
         // the cells it copies from would be two mappings of one file.
         let readable = t[0] != pid
             && t[1] != u64::MAX
-            && node::can_read(t[0], SegmentId { fd: t[1], ino: t[2], len: t[3] }, t[4]);
+            && node::can_read(t[0], SegmentId { fd: t[1], ino: t[2], len: t[3], serial: 0 }, t[4]);
         let mut words = Vec::with_capacity(1 + r.len());
         words.push(u64::from(readable));
         words.extend_from_slice(r);
@@ -141,7 +142,7 @@ pub(crate) fn note<B: Kernels, T: Element>(
         let limit = storage.offset.checked_add(storage.len).filter(|&l| l <= cpu.len());
         match (first, end, limit) {
             (Some(f), Some(e), Some(l)) if e <= l && f % size == 0 => {
-                words.extend_from_slice(&[id.fd, id.ino, id.len, f as u64]);
+                words.extend_from_slice(&[id.fd, id.ino, id.len, id.serial, f as u64]);
             }
             _ => return Err(Error::invalid("a quantity is shorter than its halo plan")),
         }
@@ -169,8 +170,8 @@ pub(crate) fn sources(
     }
     maps.iter_mut().for_each(|m| m.used = false);
     let mut found = Vec::with_capacity(n);
-    for (w, &extent) in note[2..].chunks_exact(4).zip(&pull.src_extent) {
-        let id = SegmentId { fd: w[0], ino: w[1], len: w[2] };
+    for (w, &extent) in note[2..].chunks_exact(5).zip(&pull.src_extent) {
+        let id = SegmentId { fd: w[0], ino: w[1], len: w[2], serial: w[3] };
         let at = match maps.iter().position(|m| m.id == id) {
             Some(at) => at,
             None => {
@@ -179,11 +180,11 @@ pub(crate) fn sources(
             }
         };
         maps[at].used = true;
-        let end = extent.checked_mul(size).and_then(|b| usize::try_from(w[3]).ok()?.checked_add(b));
+        let end = extent.checked_mul(size).and_then(|b| usize::try_from(w[4]).ok()?.checked_add(b));
         if end.is_none_or(|e| e as u64 > id.len) {
             return Err(Error::invalid("a neighbour's quantity is shorter than its halo message"));
         }
-        found.push((id, w[3] as usize));
+        found.push((id, w[4] as usize));
     }
     maps.retain(|m| m.used);
     Ok(found
