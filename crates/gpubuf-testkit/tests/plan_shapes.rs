@@ -246,8 +246,10 @@ fn row_tiles_whole_and_cut() {
         let segs = vec![
             // Whole tiles only (128 x 192), negated.
             (0, vec![(2 * TILE, 1), (3 * TILE, 2 * t)], true),
-            // Partial tiles on the edges: 140 rows of 100.
+            // Partial tiles on the edges: 140 rows of 100; 66 rows of 127 (one column
+            // short of a second tile), negated.
             (0, vec![(100, 1), (140, 100)], false),
+            (0, vec![(127, 1), (66, 127)], true),
             // 1 x N and N x 1: a single column of rows, a single row (no transpose left).
             (1, vec![(1, 1), (TILE + 3, 1)], false),
             (1, vec![(TILE + 3, 1), (1, 70)], true),
