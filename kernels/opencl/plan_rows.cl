@@ -70,7 +70,7 @@
 // The whole tiles of one band (TILE rows of n columns, the array side at `arr`, the
 // buffer side at `buf`) moved by MOVE (TILE_GATHER or TILE_SCATTER); returns the first
 // column left over. Functions of their own, not inlined: with the tile and its loops
-// inside the kernel, halo packs (MODE_COPY rows) ran 5-10% slower on PoCL.
+// inside the kernel, halo packs (MODE_COPY rows) ran up to 13% slower on PoCL.
 #define TILE_FN(T, W, NAME, MOVE)                                                               \
     __attribute__((noinline)) long NAME##_##W(__global T* arr, __global T* buf, long n,        \
                                               long a2, long b3, T flip, T add) {                \
