@@ -42,3 +42,29 @@ impl From<SimpleCommunicator> for Comm<'static> {
         Comm::Owned(c)
     }
 }
+
+/// Exchanges `u64` words with each of `ranks` on `comm` under `tag`: `outgoing[k]` goes
+/// to `ranks[k]`, and its message to this rank lands in `incoming[k]` (which must be as
+/// long as it). Every receive is posted before the sends, and all complete before the
+/// return.
+pub(crate) fn exchange<O: AsRef<[u64]>, I: AsMut<[u64]>>(
+    comm: &SimpleCommunicator,
+    ranks: &[usize],
+    outgoing: &[O],
+    incoming: &mut [I],
+    tag: i32,
+) {
+    use mpi::request::WaitGuard;
+    use mpi::traits::{Destination, Source};
+    mpi::request::scope(|scope| {
+        let mut guards = Vec::with_capacity(2 * ranks.len());
+        for (&r, into) in ranks.iter().zip(incoming.iter_mut()) {
+            let p = comm.process_at_rank(r as i32);
+            guards.push(WaitGuard::from(p.immediate_receive_into_with_tag(scope, into.as_mut(), tag)));
+        }
+        for (&r, from) in ranks.iter().zip(outgoing) {
+            let p = comm.process_at_rank(r as i32);
+            guards.push(WaitGuard::from(p.immediate_send_with_tag(scope, from.as_ref(), tag)));
+        }
+    });
+}

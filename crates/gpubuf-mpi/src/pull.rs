@@ -5,14 +5,13 @@
 //! [`crate::runs`], then returns the credit the sender waits for before its update
 //! completes. Links agree at setup whether each side can map the other's memory.
 
+use crate::comm::exchange;
 use crate::node::{self, PeerMap, Probe, SegmentId};
 use crate::runs::{compose, pack_runs, Pull, RUN_WORDS};
 use gpubuf_buffer::NDBuffer;
 use gpubuf_core::{CopyPlan, DeviceMemory, Element, Error, Kernels, Result};
 use gpubuf_cpu::CpuMemory;
-use mpi::request::WaitGuard;
-use mpi::topology::{Communicator, SimpleCommunicator};
-use mpi::traits::{Destination, Source};
+use mpi::topology::SimpleCommunicator;
 use std::any::Any;
 
 /// A note saying the message was packed into the receiver's slot.
@@ -63,17 +62,8 @@ pub(crate) fn agree(comm: &SimpleCommunicator, links: &[Side<'_>]) -> Result<Vec
     let offers: Vec<[u64; 6]> =
         runs.iter().map(|r| [pid, id.fd, id.ino, id.len, magic, (r.len() / RUN_WORDS) as u64]).collect();
     let mut theirs = vec![[0u64; 6]; links.len()];
-    mpi::request::scope(|scope| {
-        let mut guards = Vec::with_capacity(2 * links.len());
-        for (l, t) in links.iter().zip(theirs.iter_mut()) {
-            let p = comm.process_at_rank(l.rank as i32);
-            guards.push(WaitGuard::from(p.immediate_receive_into_with_tag(scope, &mut t[..], 2)));
-        }
-        for (l, o) in links.iter().zip(&offers) {
-            let p = comm.process_at_rank(l.rank as i32);
-            guards.push(WaitGuard::from(p.immediate_send_with_tag(scope, &o[..], 2)));
-        }
-    });
+    let ranks: Vec<usize> = links.iter().map(|l| l.rank).collect();
+    exchange(comm, &ranks, &offers, &mut theirs, 2);
     // Each side tries to read the other's probe, then sends the verdict with its runs.
     let mut outgoing = Vec::with_capacity(links.len());
     let mut incoming = Vec::with_capacity(links.len());
@@ -93,17 +83,7 @@ pub(crate) fn agree(comm: &SimpleCommunicator, links: &[Side<'_>]) -> Result<Vec
             .ok_or_else(|| Error::invalid("a neighbour sent more runs than its message has elements"))?;
         incoming.push(vec![0u64; 1 + count * RUN_WORDS]);
     }
-    mpi::request::scope(|scope| {
-        let mut guards = Vec::with_capacity(2 * links.len());
-        for (l, t) in links.iter().zip(incoming.iter_mut()) {
-            let p = comm.process_at_rank(l.rank as i32);
-            guards.push(WaitGuard::from(p.immediate_receive_into_with_tag(scope, &mut t[..], 3)));
-        }
-        for (l, o) in links.iter().zip(&outgoing) {
-            let p = comm.process_at_rank(l.rank as i32);
-            guards.push(WaitGuard::from(p.immediate_send_with_tag(scope, &o[..], 3)));
-        }
-    });
+    exchange(comm, &ranks, &outgoing, &mut incoming, 3);
     drop(probe);
     let mut out = Vec::with_capacity(links.len());
     for (((l, t), mine), got) in links.iter().zip(&theirs).zip(&outgoing).zip(&incoming) {

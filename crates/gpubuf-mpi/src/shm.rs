@@ -8,9 +8,7 @@
 use gpubuf_core::{Error, Result};
 use mpi::ffi;
 use mpi::raw::AsRaw;
-use mpi::request::WaitGuard;
 use mpi::topology::{Communicator, Group, SimpleCommunicator};
-use mpi::traits::{Destination, Source};
 use std::ffi::{c_int, c_void};
 
 /// Alignment of every receive slot (in both processes: the window is mapped page-aligned,
@@ -149,18 +147,8 @@ pub(crate) fn setup(comm: &SimpleCommunicator, links: &[Want]) -> Result<(Shared
         .map(|(o, l)| o.map_or([NO_SLOT, 0], |off| [(off + lead) as u64, l.bytes as u64]))
         .collect();
     let mut theirs = vec![[NO_SLOT, 0]; links.len()];
-    let peers = &shared.credits;
-    mpi::request::scope(|scope| {
-        let mut guards = Vec::with_capacity(2 * links.len());
-        for (l, t) in links.iter().zip(theirs.iter_mut()) {
-            let p = peers.process_at_rank(l.rank as i32);
-            guards.push(WaitGuard::from(p.immediate_receive_into_with_tag(scope, &mut t[..], 1)));
-        }
-        for (l, o) in links.iter().zip(&offers) {
-            let p = peers.process_at_rank(l.rank as i32);
-            guards.push(WaitGuard::from(p.immediate_send_with_tag(scope, &o[..], 1)));
-        }
-    });
+    let ranks: Vec<usize> = links.iter().map(|l| l.rank).collect();
+    crate::comm::exchange(&shared.credits, &ranks, &offers, &mut theirs, 1);
     let mut slots = Vec::with_capacity(links.len());
     for ((l, &[mine, _]), &[peer_off, peer_len]) in links.iter().zip(&offers).zip(&theirs) {
         if mine == NO_SLOT || peer_off == NO_SLOT {

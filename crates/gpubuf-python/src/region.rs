@@ -284,7 +284,7 @@ pub fn write_region<T: gpubuf::Element>(
     let dense = if host.is_standard_layout() {
         host
     } else {
-        gathered = c_order(&host)?;
+        gathered = gpubuf::c_order_vec(&host)?;
         ArrayView::from_shape(IxDyn(host.shape()), &gathered).map_err(|e| Error::invalid(e.to_string()))?
     };
     if region.is_c_contiguous() {
@@ -305,20 +305,4 @@ pub fn write_region<T: gpubuf::Element>(
     plan.check_scatter()?;
     let prepared = device.prepare(&plan, T::DTYPE)?;
     device.scatter(stream, &prepared, staging.storage(), &[region.storage()])
-}
-
-/// The elements of `view` in C order, or [`Error::OutOfMemory`] (never an abort).
-fn c_order<T: Copy + Default>(view: &ArrayViewD<'_, T>) -> gpubuf::Result<Vec<T>> {
-    let n = view.len();
-    let mut v = Vec::new();
-    v.try_reserve_exact(n).map_err(|_| Error::OutOfMemory {
-        requested: n.saturating_mul(std::mem::size_of::<T>()),
-        available: None,
-        pool: None,
-    })?;
-    v.resize(n, T::default());
-    let mut out = gpubuf::ndarray::ArrayViewMut::from_shape(IxDyn(view.shape()), &mut v[..])
-        .map_err(|e| Error::invalid(e.to_string()))?;
-    out.assign(view);
-    Ok(v)
 }

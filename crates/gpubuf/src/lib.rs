@@ -39,7 +39,7 @@ mod select;
 pub use device::Device;
 /// The ndarray crate (version 0.17) that gpubuf's host interop speaks.
 pub use gpubuf_buffer::ndarray;
-pub use gpubuf_buffer::{Buffer, NDBuffer};
+pub use gpubuf_buffer::{c_order_vec, Buffer, NDBuffer};
 /// The bufferizer crate.
 pub use gpubuf_bufferizer as bufferizer;
 pub use gpubuf_bufferizer::Bufferizer;
