@@ -46,6 +46,13 @@ def _unwrap(value):
     return value
 
 
+def _class_backend(cls, attr):
+    """The backend of a prototype's class, or InvalidArgumentError for the base class."""
+    if cls.backend is None:
+        raise InvalidArgumentError(f"use buffer_prototype(backend).{attr}: this class has no backend")
+    return cls.backend
+
+
 class Buffer(core.Buffer):
     """zarr's flat byte buffer over gpubuf: a 1-d uint8 numpy array (host, as chunk bytes
     read from a store are) or a 1-d uint8 ``gpubuf.NDBuffer`` of ``backend``. Use the
@@ -64,9 +71,7 @@ class Buffer(core.Buffer):
 
     @classmethod
     def _backend(cls):
-        if cls.backend is None:
-            raise InvalidArgumentError("use buffer_prototype(backend).buffer: this class has no backend")
-        return cls.backend
+        return _class_backend(cls, "buffer")
 
     @classmethod
     def create_zero_length(cls):
@@ -144,9 +149,7 @@ class NDBuffer(core.NDBuffer):
 
     @classmethod
     def _backend(cls):
-        if cls.backend is None:
-            raise InvalidArgumentError("use buffer_prototype(backend).nd_buffer: this class has no backend")
-        return cls.backend
+        return _class_backend(cls, "nd_buffer")
 
     @classmethod
     def create(cls, *, shape, dtype, order="C", fill_value=None):
