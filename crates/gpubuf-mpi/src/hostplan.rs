@@ -21,6 +21,29 @@ fn locked<R>(mems: &[&CpuMemory], ptrs: &mut Vec<*mut u8>, f: &mut dyn FnMut(&[*
     }
 }
 
+/// The CPU allocation of `q` and the byte offset in it of `q`'s first element, checked to
+/// hold `need` elements inside `q`'s storage (a pooled buffer may share its allocation)
+/// and to be element-aligned; `Ok(None)` when `q` is not CPU memory.
+///
+/// # Errors
+/// [`Error::InvalidArgument`] for a quantity shorter than `need` (within its storage).
+pub(crate) fn first_byte<B: Kernels, T: Element>(
+    q: &NDBuffer<B, T>,
+    need: usize,
+) -> Result<Option<(&CpuMemory, usize)>> {
+    let size = T::DTYPE.size();
+    let storage = q.storage();
+    let memory: &dyn Any = storage.memory;
+    let Some(cpu) = memory.downcast_ref::<CpuMemory>() else { return Ok(None) };
+    let first = q.layout().offset().checked_mul(size).and_then(|s| s.checked_add(storage.offset));
+    let end = first.and_then(|s| need.checked_mul(size).and_then(|n| n.checked_add(s)));
+    let limit = storage.offset.checked_add(storage.len).filter(|&l| l <= cpu.len());
+    match (first, end, limit) {
+        (Some(f), Some(e), Some(l)) if e <= l && f % size == 0 => Ok(Some((cpu, f))),
+        _ => Err(Error::invalid("a quantity is shorter than its halo plan")),
+    }
+}
+
 /// Runs `f` with each quantity's first element (by position in `quantities`), every
 /// allocation locked for the call; `need[q]` elements from there must lie in quantity
 /// `q`'s storage. `Ok(None)` when a quantity is not CPU memory or the element size is not
@@ -42,17 +65,8 @@ pub(crate) fn with_quantities<B: Kernels, T: Element, R>(
     // (allocation, element offset of the quantity's first element from its start)
     let mut parts: Vec<(&CpuMemory, usize)> = Vec::with_capacity(quantities.len());
     for (q, &need) in quantities.iter().zip(need) {
-        let storage = q.storage();
-        let memory: &dyn Any = storage.memory;
-        let Some(cpu) = memory.downcast_ref::<CpuMemory>() else { return Ok(None) };
-        let skip = q.layout().offset().checked_mul(size).and_then(|s| s.checked_add(storage.offset));
-        let end = skip.and_then(|s| need.checked_mul(size).and_then(|n| n.checked_add(s)));
-        // Inside the quantity's storage (a pooled buffer may share its allocation).
-        let limit = storage.offset.checked_add(storage.len).filter(|&l| l <= cpu.len());
-        match (skip, end, limit) {
-            (Some(s), Some(e), Some(l)) if e <= l && s % size == 0 => parts.push((cpu, s / size)),
-            _ => return Err(Error::invalid("a quantity is shorter than its halo plan")),
-        }
+        let Some((cpu, first)) = first_byte(q, need)? else { return Ok(None) };
+        parts.push((cpu, first / size));
     }
     if parts.len() != need.len() {
         return Err(Error::invalid("fewer quantities than the halo plan's sources"));

@@ -6,13 +6,12 @@
 //! completes. Links agree at setup whether each side can map the other's memory.
 
 use crate::comm::exchange;
+use crate::hostplan;
 use crate::node::{self, PeerMap, Probe, SegmentId};
 use crate::runs::{compose, pack_runs, Pull, RUN_WORDS};
 use gpubuf_buffer::NDBuffer;
-use gpubuf_core::{CopyPlan, DeviceMemory, Element, Error, Kernels, Result};
-use gpubuf_cpu::CpuMemory;
+use gpubuf_core::{CopyPlan, Element, Error, Kernels, Result};
 use mpi::topology::SimpleCommunicator;
-use std::any::Any;
 
 /// A note saying the message was packed into the receiver's slot.
 pub(crate) const SLOT: u64 = 0;
@@ -106,26 +105,15 @@ pub(crate) fn note<B: Kernels, T: Element>(
     plan: &CopyPlan,
     quantities: &[&NDBuffer<B, T>],
 ) -> Result<Option<Vec<u64>>> {
-    let size = T::DTYPE.size();
     let mut words = Vec::with_capacity(note_words(quantities.len()));
     words.extend_from_slice(&[DIRECT, quantities.len() as u64]);
     if quantities.len() != plan.source_lens().len() {
         return Err(Error::invalid("fewer quantities than the halo plan's sources"));
     }
     for (q, &need) in quantities.iter().zip(plan.source_lens()) {
-        let storage = q.storage();
-        let memory: &dyn Any = storage.memory;
-        let Some(cpu) = memory.downcast_ref::<CpuMemory>() else { return Ok(None) };
+        let Some((cpu, first)) = hostplan::first_byte(q, need)? else { return Ok(None) };
         let Some(id) = node::lookup(cpu.as_ptr()) else { return Ok(None) };
-        let first = q.layout().offset().checked_mul(size).and_then(|s| s.checked_add(storage.offset));
-        let end = first.and_then(|s| need.checked_mul(size).and_then(|n| n.checked_add(s)));
-        let limit = storage.offset.checked_add(storage.len).filter(|&l| l <= cpu.len());
-        match (first, end, limit) {
-            (Some(f), Some(e), Some(l)) if e <= l && f % size == 0 => {
-                words.extend_from_slice(&[id.fd, id.ino, id.len, id.serial, f as u64]);
-            }
-            _ => return Err(Error::invalid("a quantity is shorter than its halo plan")),
-        }
+        words.extend_from_slice(&[id.fd, id.ino, id.len, id.serial, first as u64]);
     }
     Ok(Some(words))
 }
@@ -174,4 +162,56 @@ pub(crate) fn sources(
             maps.iter().find(|m| m.id == *id).map_or(std::ptr::null(), |m| m.ptr.wrapping_add(*off))
         })
         .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runs::Run;
+    use gpubuf_core::Order;
+    use gpubuf_cpu::{CpuBackend, CpuMemory};
+    use std::any::Any;
+
+    /// A note naming `q` (node memory of this process) at byte offset `off`.
+    fn note_of(q: &NDBuffer<CpuBackend, f64>, off: u64) -> Vec<u64> {
+        let storage = q.storage();
+        let cpu: &dyn Any = storage.memory;
+        let ptr = cpu.downcast_ref::<CpuMemory>().map(CpuMemory::as_ptr).expect("CPU memory");
+        let id = node::lookup(ptr).expect("node memory");
+        vec![DIRECT, 1, id.fd, id.ino, id.len, id.serial, off]
+    }
+
+    #[test]
+    fn notes_are_checked_against_the_segments_they_name() -> Result<()> {
+        let b = CpuBackend::new();
+        let q = crate::node_buffer::<_, f64>(&b, &[4, 4], Order::C, Some(3.0))?;
+        // Reads elements 0..8 of the quantity (64 of its 128 bytes).
+        let pull = Pull {
+            runs: vec![Run { src_q: 0, src: 0, dst_q: 0, dst: 0, len: 8, negate: false }],
+            src_extent: vec![8],
+        };
+        let pid = u64::from(std::process::id());
+        let mut maps = Vec::new();
+        // In bounds: the mapping's first element, read as the neighbour would.
+        let srcs = sources(&note_of(&q, 64), &pull, pid, 8, &mut maps)?;
+        // SAFETY: byte 64 of a read-only mapping of 128 bytes.
+        assert_eq!(unsafe { srcs[0].cast::<f64>().read() }, 3.0);
+        assert_eq!(maps.len(), 1);
+        // One byte too far, an offset past the address space, a wrong count, a cut note.
+        assert!(sources(&note_of(&q, 65), &pull, pid, 8, &mut maps).is_err());
+        assert!(sources(&note_of(&q, u64::MAX), &pull, pid, 8, &mut maps).is_err());
+        let mut two = note_of(&q, 0);
+        two[1] = 2;
+        assert!(sources(&two, &pull, pid, 8, &mut maps).is_err());
+        assert!(sources(&note_of(&q, 0)[..6], &pull, pid, 8, &mut maps).is_err());
+        // The quantity is its own plan's source when node memory, not otherwise.
+        let plan = CopyPlan::new(vec![16], 8, vec![gpubuf_core::Segment::new(0, 0, &[(8, 1)], 0)?])?;
+        let named = note(&plan, &[&q])?.expect("a direct note");
+        assert_eq!(&named[2..7], &note_of(&q, 0)[2..7]);
+        let plain = NDBuffer::<_, f64>::zeros(&b, &[4, 4])?;
+        assert!(note(&plan, &[&plain])?.is_none());
+        let short = CopyPlan::new(vec![17], 8, vec![gpubuf_core::Segment::new(0, 9, &[(8, 1)], 0)?])?;
+        assert!(note(&short, &[&q]).is_err());
+        Ok(())
+    }
 }

@@ -195,12 +195,13 @@ mod tests {
         )?;
         let runs = pack_runs(&pack);
         assert_eq!(runs, vec![1, 5, 0, 3, 0, 1, 15, 3, 3, 0, 0, 9, 6, 1, 1, 0, 8, 7, 1, 1]);
-        // Receiver: the message's first 6 elements into a column layout of quantity 0,
-        // the last two contiguous into quantity 1.
+        // Receiver: the message's first 6 elements into every other element of quantity 0
+        // (contiguous in the sender, not here: one run per element), the last two
+        // contiguous into quantity 1, negated again on the way in (they land positive).
         let unpack = CopyPlan::new(
             vec![30, 10],
             8,
-            vec![Segment::new(0, 0, &[(6, 1)], 0)?, Segment::new(1, 2, &[(2, 1)], 6)?],
+            vec![Segment::new(0, 0, &[(6, 2)], 0)?, Segment::new(1, 2, &[(2, 1)], 6)?.negated(true)],
         )?;
         let pull = compose(&runs, &unpack, 2)?;
         assert_eq!(pull.src_extent, vec![10, 18]);
@@ -215,9 +216,14 @@ mod tests {
                 DType::F64,
             )?;
         }
-        assert_eq!(&dst0[..6], &[105.0, 106.0, 107.0, 115.0, 116.0, 117.0]);
-        assert_eq!(&dst1[2..4], &[-9.0, -8.0]);
-        assert!(dst0[6..].iter().all(|&v| v == 0.0));
+        let every_other: Vec<f64> = dst0.iter().step_by(2).take(6).copied().collect();
+        assert_eq!(every_other, [105.0, 106.0, 107.0, 115.0, 116.0, 117.0]);
+        assert_eq!(&dst1[2..4], &[9.0, 8.0]);
+        // Nothing else written.
+        let placed = |k: usize| k % 2 == 0 && k < 12;
+        assert!(dst0.iter().enumerate().all(|(k, &v)| placed(k) || v == 0.0));
+        assert!(dst1.iter().enumerate().all(|(k, &v)| (2..4).contains(&k) || v == 0.0));
+        assert_eq!(pull.runs.len(), 6 + 2);
         Ok(())
     }
 

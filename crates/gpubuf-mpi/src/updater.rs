@@ -1,16 +1,14 @@
 //! [`HaloUpdater`]: halo updates of several quantities with every neighbour rank.
 
 mod info;
+mod link;
 mod window;
 
 use crate::comm::Comm;
-use crate::direct::{host, in_place, places};
-use crate::node::PeerMap;
+use crate::direct::{in_place, places};
 use crate::phases::{lap, Phases};
-use crate::pull::{self, Side};
 use crate::requests::{Message, Requests};
-use crate::runs::Pull;
-use crate::shm::{self, Shared, Slot, Want};
+use crate::shm::Shared;
 use crate::staging::Staging;
 use crate::tags::{self, Claim, Key};
 use gpubuf_buffer::NDBuffer;
@@ -18,57 +16,14 @@ use gpubuf_core::{Element, Error, Kernels, Result};
 use gpubuf_halo::{
     receiving_boundary, Boundary, HaloDataTransformer, HaloExchangeSpec, Partitioner, QuantityHaloSpec,
 };
+use link::{Flight, Link};
 use mpi::raw::AsRaw;
 use mpi::topology::{Communicator, SimpleCommunicator};
 use std::collections::BTreeMap;
 use std::time::Instant;
 
-/// One neighbour rank: its transformer and the host staging buffers of its messages.
-struct Link<B: Kernels, T: Element> {
-    rank: usize,
-    transformer: HaloDataTransformer<B, T>,
-    /// Specs per quantity in the transformer (boundaries shared with this neighbour).
-    per_quantity: usize,
-    send_tag: i32,
-    recv_tag: i32,
-    /// Whether MPI reads the pack buffer and writes the unpack buffer in place (host memory,
-    /// or CUDA memory with a CUDA-aware MPI); else both go through the staging buffers.
-    direct: bool,
-    /// Message length in bytes (each way).
-    bytes: usize,
-    send: Staging,
-    recv: Staging,
-    /// The shared-memory slots of a link through the node's window
-    /// ([`HaloUpdater::on_node`]); its messages are then notes (see [`crate::pull`]).
-    slot: Option<Slot>,
-    /// The note sent and the note received on a link through the window (empty otherwise).
-    note_out: Staging,
-    note_in: Staging,
-    /// The composed copy of the neighbour's messages when this rank can map its memory.
-    pull: Option<Pull>,
-    /// Whether the neighbour can map this rank's memory.
-    peer_reads: bool,
-    /// The neighbour's process id (for mapping its memory).
-    peer_pid: u64,
-    /// The neighbour's segments this rank has mapped (those its last note named).
-    maps: Vec<PeerMap>,
-    /// Bytes received from the neighbour in one copy so far.
-    pulled: usize,
-}
-
 /// The x and (for vectors) y quantity lists of one transformer.
 type Lists<'q, B, T> = (Vec<&'q NDBuffer<B, T>>, Option<Vec<&'q NDBuffer<B, T>>>);
-
-/// An update between `start` and `wait`.
-struct Flight {
-    /// Links whose message arrived and is not unpacked yet (an unpack failed).
-    arrived: Vec<usize>,
-    /// Why `start` stopped after posting messages (some sends were never started).
-    broken: Option<Error>,
-    /// Links whose neighbour copies straight from this rank's quantities in this update:
-    /// `wait` completes only after their credits return.
-    direct: Vec<usize>,
-}
 
 /// Halo updates after NDSL's `HaloUpdater`: one [`HaloDataTransformer`] per neighbour rank
 /// holding every boundary shared with it, for several quantities at once (scalars, or
@@ -264,33 +219,7 @@ impl<'c, B: Kernels, T: Element> HaloUpdater<'c, B, T> {
             })
             .collect();
         let claim = tags::claim(world, name, keys)?;
-        let shared = if on_node {
-            let wants: Vec<Want> = links
-                .iter()
-                .map(|l| Ok(Want { rank: l.rank, bytes: l.bytes, host: host(&l.transformer)? }))
-                .collect::<Result<_>>()?;
-            let (shared, slots) = shm::setup(world, &wants)?;
-            links.iter_mut().zip(slots).for_each(|(l, s)| l.slot = s);
-            let sides: Vec<Side<'_>> = links
-                .iter()
-                .filter(|l| l.slot.is_some())
-                .map(|l| {
-                    let c = l.transformer.compiled();
-                    Side { rank: l.rank, pack: &c.pack, unpack: &c.unpack }
-                })
-                .collect();
-            let agreed = pull::agree(&shared.credits, &sides)?;
-            drop(sides);
-            for (l, a) in links.iter_mut().filter(|l| l.slot.is_some()).zip(agreed) {
-                (l.pull, l.peer_reads, l.peer_pid) = (a.pull, a.peer_reads, a.peer_pid);
-                // A note names each source of the link's pack plan (a quantity per boundary).
-                let note = pull::note_words(l.transformer.compiled().pack.source_lens().len()) * 8;
-                (l.note_out, l.note_in) = (Staging::new(note)?, Staging::new(note)?);
-            }
-            Some(shared)
-        } else {
-            None
-        };
+        let shared = if on_node { Some(window::setup(world, &mut links)?) } else { None };
         let (mut recvs, mut sends) = (Vec::new(), Vec::new());
         let (mut credit_recvs, mut credit_sends) = (Vec::new(), Vec::new());
         let none = std::ptr::NonNull::<u8>::dangling().as_ptr();

@@ -3,13 +3,16 @@
 
 use super::{HaloUpdater, Link};
 use crate::comm::Comm;
+use crate::direct::host;
 use crate::hostplan;
-use crate::pull;
+use crate::pull::{self, Side};
 use crate::requests::Requests;
-use crate::shm::{Shared, Slot};
+use crate::shm::{self, Shared, Slot, Want};
+use crate::staging::Staging;
 use gpubuf_buffer::NDBuffer;
 use gpubuf_core::{Element, Error, Kernels, Result};
 use gpubuf_halo::{Partitioner, QuantityHaloSpec};
+use mpi::topology::SimpleCommunicator;
 use std::sync::atomic::{fence, Ordering};
 
 impl<'c, B: Kernels, T: Element> HaloUpdater<'c, B, T> {
@@ -54,6 +57,38 @@ impl<'c, B: Kernels, T: Element> HaloUpdater<'c, B, T> {
     ) -> Result<Self> {
         Self::build(backend, comm.into(), partitioner, x, y, name, true)
     }
+}
+
+/// Collective over `world`: the node's shared window with a slot for every link to a
+/// host-memory rank of the node, then, for those links, what the one-copy path needs (see
+/// [`pull::agree`]) and the notes' buffers.
+pub(super) fn setup<B: Kernels, T: Element>(
+    world: &SimpleCommunicator,
+    links: &mut [Link<B, T>],
+) -> Result<Shared> {
+    let wants: Vec<Want> = links
+        .iter()
+        .map(|l| Ok(Want { rank: l.rank, bytes: l.bytes, host: host(&l.transformer)? }))
+        .collect::<Result<_>>()?;
+    let (shared, slots) = shm::setup(world, &wants)?;
+    links.iter_mut().zip(slots).for_each(|(l, s)| l.slot = s);
+    let sides: Vec<Side<'_>> = links
+        .iter()
+        .filter(|l| l.slot.is_some())
+        .map(|l| {
+            let c = l.transformer.compiled();
+            Side { rank: l.rank, pack: &c.pack, unpack: &c.unpack }
+        })
+        .collect();
+    let agreed = pull::agree(&shared.credits, &sides)?;
+    drop(sides);
+    for (l, a) in links.iter_mut().filter(|l| l.slot.is_some()).zip(agreed) {
+        (l.pull, l.peer_reads, l.peer_pid) = (a.pull, a.peer_reads, a.peer_pid);
+        // A note names each source of the link's pack plan (a quantity per boundary).
+        let note = pull::note_words(l.transformer.compiled().pack.source_lens().len()) * 8;
+        (l.note_out, l.note_in) = (Staging::new(note)?, Staging::new(note)?);
+    }
+    Ok(shared)
 }
 
 fn outside_host() -> Error {
