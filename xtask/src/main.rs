@@ -7,7 +7,10 @@
 //!   hostile-input suites in release, Miri over the CPU crates, the MPI tests and demo, the
 //!   Python package (wheel and pytest suite, in a venv under the target folder), and the
 //!   examples. The closing `N passed, M failed` line counts every failed test and step.
-//!   Under `CI=true` a skipped CPU or OpenCL backend fails the run.
+//!   Under `CI=true` a skipped CPU or OpenCL backend fails the run. A test binary that
+//!   crashes counts as failed with every test it never reported; each part runs under a
+//!   time limit of its own (`GPUBUF_STEP_LIMIT=<seconds>` replaces them all), after which
+//!   it is killed with its child processes and named in the summary.
 //! * `install-deps`: only the installing.
 //! * `gpu-bundle`: builds the test and bench binaries with CUDA into `gpu-bundle/`.
 //! * `cuda-kernels`: compiles `kernels/cuda/*.cu` with a pinned NVRTC (12.0, installed by

@@ -34,11 +34,16 @@ pub fn run(tally: &mut Tally) {
             let (mut passed, mut failed) = (0, 0);
             for n in ["4", "6"] {
                 let (lines, ok) = run_tee(mpirun(n).arg(&exe));
+                // A rank that crashed counts even when other tests failed too.
+                let crash = crate::summary::crash_report(&lines);
+                if let Some(c) = crash {
+                    tally.note(format!("mpi: FAILED (mpirun -n {n}: {})", c.trim()));
+                }
                 match summary(&lines) {
                     Some((p, f)) => {
                         passed += p;
                         failed += f;
-                        if !ok && f == 0 {
+                        if !ok && (f == 0 || crash.is_some()) {
                             failed += 1;
                         }
                     }

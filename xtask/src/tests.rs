@@ -1,12 +1,12 @@
 //! `cargo xtask test-all`.
 
 use crate::deps;
-use crate::sh::{capture, run_ok, run_tee};
+use crate::sh::{self, capture, run_ok, run_tee};
 use crate::summary::{count, Tally};
 use crate::{cudagen, miri, mpi, python};
 use std::collections::BTreeMap;
 use std::process::Command;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// Whether each backend can run here, from `gpubuf info --json`.
 fn probe() -> BTreeMap<&'static str, Result<String, String>> {
@@ -40,23 +40,38 @@ fn probe() -> BTreeMap<&'static str, Result<String, String>> {
 /// The test features: every backend compiled in; those that cannot run are skipped.
 const FEATURES: &str = "gpubuf-testkit/opencl,gpubuf-testkit/cuda,gpubuf-cli/opencl,gpubuf-cli/cuda";
 
+/// Runs `f` as the step `name` with a limit of `minutes` (see [`sh::step`]): a step still
+/// running then is stopped, and that is one more failure, named in the summary.
+fn limited<R>(tally: &mut Tally, name: &str, minutes: u64, f: impl FnOnce(&mut Tally) -> R) -> R {
+    let (r, stopped) = sh::step(name, sh::limit(Duration::from_secs(minutes * 60)), || f(tally));
+    if let Some(line) = stopped {
+        tally.fail(line);
+    }
+    r
+}
+
 /// Runs everything; true when it all passed. The closing line counts every failed test
-/// and every failed step (fmt, clippy, docs, a test binary that did not build or crashed,
-/// MPI, the demo, the examples, Miri, a backend CI needs that was skipped).
+/// and every failed step (fmt, clippy, docs, a test binary that did not build, crashed or
+/// was stopped at its step's time limit, MPI, the demo, the examples, Miri, a backend CI
+/// needs that was skipped). Each part runs under a time limit of its own (a hung `mpirun`
+/// or `pytest` is stopped and named, and the run goes on).
 pub fn test_all() -> bool {
     let started = Instant::now();
     let mut lap = Laps::new();
     let ci = std::env::var("CI").map(|v| v == "true" || v == "1").unwrap_or(false);
     let mut tally = Tally::default();
-    for p in deps::install() {
+    let problems = limited(&mut tally, "install-deps", 20, |_| deps::install());
+    for p in problems {
         eprintln!("xtask: {p}");
         if ci {
             tally.fail(format!("install-deps: FAILED ({p})"));
         }
     }
-    tally.step("fmt", run_ok(Command::new("cargo").args(["fmt", "--all", "--", "--check"])));
-    tally.step(
-        "clippy",
+    let ok = limited(&mut tally, "fmt", 5, |_| {
+        run_ok(Command::new("cargo").args(["fmt", "--all", "--", "--check"]))
+    });
+    tally.step("fmt", ok);
+    let ok = limited(&mut tally, "clippy", 30, |_| {
         run_ok(Command::new("cargo").args([
             "clippy",
             "--workspace",
@@ -65,21 +80,22 @@ pub fn test_all() -> bool {
             "--",
             "-D",
             "warnings",
-        ])),
-    );
-    tally.step(
-        "doc",
+        ]))
+    });
+    tally.step("clippy", ok);
+    let ok = limited(&mut tally, "doc", 20, |_| {
         run_ok(
             Command::new("cargo")
                 .args(["doc", "--no-deps", "--workspace", "--all-features"])
                 .env("RUSTDOCFLAGS", "-Dwarnings"),
-        ),
-    );
+        )
+    });
+    tally.step("doc", ok);
     lap.mark("deps, fmt, clippy, doc");
-    cudagen::check(&mut tally);
+    limited(&mut tally, "cuda kernels", 10, cudagen::check);
     lap.mark("cuda kernels");
 
-    let probe = probe();
+    let probe = limited(&mut tally, "probe", 20, |_| probe());
     let nvrtc = deps::nvrtc_dir();
     let mut require = vec!["cpu".to_string()];
     let mut skip = Vec::new();
@@ -105,7 +121,7 @@ pub fn test_all() -> bool {
         cmd.args(["--skip", s]);
     }
     env(&mut cmd);
-    let (test_lines, tests_ok) = run_tee(&mut cmd);
+    let (test_lines, tests_ok) = limited(&mut tally, "cargo test", 45, |_| run_tee(&mut cmd));
     let counts = count(&test_lines);
     tally.tests("cargo test", &counts, tests_ok);
     lap.mark("cargo test");
@@ -128,19 +144,19 @@ pub fn test_all() -> bool {
         cmd.args(["--skip", s]);
     }
     env(&mut cmd);
-    let (lines, ok) = run_tee(&mut cmd);
+    let (lines, ok) = limited(&mut tally, "hostile (release)", 25, |_| run_tee(&mut cmd));
     let hostile = count(&lines);
     tally.tests("hostile (release)", &hostile, ok);
     tally.note(format!("hostile inputs (release): {} passed, {} failed", hostile.passed, hostile.failed));
     lap.mark("hostile");
 
-    miri::run(&mut tally);
+    limited(&mut tally, "miri", 40, miri::run);
     lap.mark("miri");
-    mpi::run(&mut tally);
+    limited(&mut tally, "mpi", 25, mpi::run);
     lap.mark("mpi");
 
     // The Python package: its wheel built by maturin in a venv, its pytest suite.
-    match python::run(&require.join(",")) {
+    match limited(&mut tally, "python", 35, |_| python::run(&require.join(","))) {
         Ok(c) => {
             tally.passed += c.passed;
             tally.failed += c.failed;
@@ -172,13 +188,15 @@ pub fn test_all() -> bool {
                 cmd.args(["--", b]);
             }
             let label = b.map_or(format!("example {name}"), |b| format!("example {name} on {b}"));
-            tally.step(&label, run_ok(&mut cmd));
+            let ok = limited(&mut tally, &label, 10, |_| run_ok(&mut cmd));
+            tally.step(&label, ok);
         }
     }
     // Without a GPU it must say so and exit successfully.
     let mut cmd = Command::new("cargo");
     cmd.args(["run", "--quiet", "-p", "gpubuf-examples", "--features", "cuda", "--example", "cuda_kernel"]);
-    tally.step("example cuda_kernel", run_ok(&mut cmd));
+    let ok = limited(&mut tally, "example cuda_kernel", 10, |_| run_ok(&mut cmd));
+    tally.step("example cuda_kernel", ok);
     lap.mark("examples");
 
     let ptx = test_lines.iter().any(|l| l.starts_with("test cuda_kernels_compile_to_ptx ... ok"));
