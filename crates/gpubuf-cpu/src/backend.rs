@@ -4,7 +4,7 @@ use crate::kernels::{execute, par_memcpy, Direction};
 use crate::memory::{lock_all, CpuMemory};
 use gpubuf_core::{
     check_copy, check_fill, check_plan_args, check_scatter_args, Allocator, Backend, BackendKind, CopyPlan,
-    DType, DeviceInfo, Kernels, MemRef, MemoryInfo, PreparedPlan, Result,
+    DType, DeviceInfo, Error, Kernels, MemRef, MemoryInfo, PreparedPlan, Result,
 };
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -151,15 +151,30 @@ impl Backend for CpuBackend {
         Ok(CpuStream { id: self.inner.next_stream.fetch_add(1, Ordering::Relaxed) })
     }
 
+    /// Copies `src` into `dst` at byte `offset`, at once.
+    ///
+    /// # Errors
+    /// [`Error::OutOfBounds`] when the range leaves `dst`; [`Error::InvalidArgument`] when
+    /// `src` shares a byte with `dst` (host memory adopted by [`CpuMemory::adopt_raw`],
+    /// passed back through a foreign view of it): copy it to memory of its own first.
+    /// Nothing is written then.
     fn write(&self, _stream: &CpuStream, dst: &CpuMemory, offset: usize, src: &[u8]) -> Result<()> {
         MemRef::new(dst, offset, src.len())?;
+        refuse_aliased(dst, src.as_ptr(), src.len(), "write from")?;
         let _span = tracing::trace_span!("cpu.write", bytes = src.len()).entered();
         // In bounds: `MemRef::new` checked `offset + src.len()` against the allocation.
         dst.with_bytes_mut(|d| d[offset..offset + src.len()].copy_from_slice(src))
     }
 
+    /// Copies `dst.len()` bytes from `src` at byte `offset` into `dst`, at once.
+    ///
+    /// # Errors
+    /// [`Error::OutOfBounds`] when the range leaves `src`; [`Error::InvalidArgument`] when
+    /// `dst` shares a byte with `src` (as for [`CpuBackend::write`]). Nothing is written
+    /// then.
     fn read(&self, _stream: &CpuStream, src: &CpuMemory, offset: usize, dst: &mut [u8]) -> Result<()> {
         MemRef::new(src, offset, dst.len())?;
+        refuse_aliased(src, dst.as_ptr(), dst.len(), "read into")?;
         let _span = tracing::trace_span!("cpu.read", bytes = dst.len()).entered();
         // In bounds: `MemRef::new` checked `offset + dst.len()` against the allocation.
         src.with_bytes(|s| dst.copy_from_slice(&s[offset..offset + dst.len()]))
@@ -251,6 +266,20 @@ impl Kernels for CpuBackend {
     }
 }
 
+/// Refuses a host slice (at `host`, `len` bytes) that shares bytes with `memory`: the
+/// copy would hold the caller's slice and a slice of the whole allocation over the same
+/// bytes, one of them `&mut`. Only addresses are compared, before any reference to the
+/// allocation is formed.
+fn refuse_aliased(memory: &CpuMemory, host: *const u8, len: usize, what: &str) -> Result<()> {
+    if memory.overlaps_host(host as usize, len) {
+        return Err(Error::invalid(format!(
+            "cpu {what} a host slice ({len} bytes at {host:p}) that lies in the allocation itself \
+             (adopted memory seen through a host view): copy it first"
+        )));
+    }
+    Ok(())
+}
+
 fn run(
     plan: &CpuPlan,
     arrays: &[MemRef<'_, CpuMemory>],
@@ -270,4 +299,66 @@ fn run(
         execute(&plan.plan, plan.dtype, &array_ptrs, buf, dir);
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::ptr::NonNull;
+
+    #[test]
+    fn write_and_read_refuse_host_slices_inside_the_allocation() {
+        let cpu = CpuBackend::new();
+        let s = cpu.default_stream();
+        let mut storage: Vec<u64> = (0..8).collect();
+        let before = storage.clone();
+        let base = storage.as_mut_ptr().cast::<u8>();
+        // Every pointer below derives from `base`, into the 64 bytes of `storage`, which
+        // outlives `mem` and is not used through the Vec until `mem` is dropped.
+        // SAFETY: the lower 32 bytes, valid and initialised while `storage` lives; the
+        // slices that overlap them are only given to calls that must refuse them before
+        // touching a byte.
+        let mem = unsafe { CpuMemory::adopt_raw(NonNull::new(base).unwrap(), 32, Box::new(())) }.unwrap();
+        // SAFETY: bytes 8..24 of `storage`, read-only here.
+        let inside = unsafe { std::slice::from_raw_parts(base.add(8), 16) };
+        // SAFETY: bytes 24..40 of `storage`, read-only here.
+        let straddling = unsafe { std::slice::from_raw_parts(base.add(24), 16) };
+        for src in [inside, straddling] {
+            let r = cpu.write(s, &mem, 0, src);
+            assert!(matches!(r, Err(Error::InvalidArgument(_))), "{r:?}");
+        }
+        // SAFETY: bytes 16..24 of `storage`; `inside` and `straddling` are not used again.
+        let dst = unsafe { std::slice::from_raw_parts_mut(base.add(16), 8) };
+        let r = cpu.read(s, &mem, 0, dst);
+        assert!(matches!(r, Err(Error::InvalidArgument(_))), "{r:?}");
+        // Adjacent bytes are not the allocation's: copied as usual, and the memory stays
+        // usable after the refusals.
+        // SAFETY: bytes 32..40 of `storage`, outside the adopted range; `dst` is not used
+        // again.
+        let upper = unsafe { std::slice::from_raw_parts_mut(base.add(32), 8) };
+        cpu.read(s, &mem, 8, upper).unwrap();
+        // SAFETY: the same 8 bytes, the mutable slice no longer used.
+        let upper = unsafe { std::slice::from_raw_parts(base.add(32), 8) };
+        cpu.write(s, &mem, 0, upper).unwrap();
+        drop(mem);
+        let mut want = before;
+        want[4] = want[1];
+        want[0] = want[1];
+        assert_eq!(storage, want);
+    }
+
+    #[test]
+    fn overlaps_host_compares_addresses_only() {
+        let mem = CpuMemory::new(64, false).unwrap();
+        let base = mem.as_ptr() as usize;
+        assert!(mem.overlaps_host(base, 1));
+        assert!(mem.overlaps_host(base + 63, 1));
+        assert!(mem.overlaps_host(base - 8, 9));
+        assert!(!mem.overlaps_host(base + 64, 16));
+        assert!(!mem.overlaps_host(base - 8, 8));
+        assert!(!mem.overlaps_host(base + 8, 0));
+        assert!(mem.overlaps_host(0, usize::MAX));
+        assert!(!mem.overlaps_host(usize::MAX, usize::MAX));
+        assert!(!CpuMemory::new(0, false).unwrap().overlaps_host(0, usize::MAX));
+    }
 }

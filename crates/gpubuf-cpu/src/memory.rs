@@ -225,6 +225,21 @@ impl CpuMemory {
         self.ptr.as_ptr()
     }
 
+    /// Whether the host byte range `start .. start + len` shares a byte with this
+    /// allocation. Only addresses are compared: nothing is read, no reference is formed.
+    /// An empty range or an empty allocation shares none. A host slice that shares bytes
+    /// with an allocation (memory adopted by [`CpuMemory::adopt_raw`] and seen through a
+    /// foreign view) cannot be copied to or from it: the copy would hold a Rust reference
+    /// to the slice and one to the allocation over the same bytes.
+    pub fn overlaps_host(&self, start: usize, len: usize) -> bool {
+        let base = self.ptr.as_ptr() as usize;
+        // In u128: a range given by address and length may end past usize::MAX.
+        len > 0
+            && self.len > 0
+            && (start as u128) < base as u128 + self.len as u128
+            && (base as u128) < start as u128 + len as u128
+    }
+
     /// Runs `f` on the bytes while holding the lock.
     ///
     /// # Errors

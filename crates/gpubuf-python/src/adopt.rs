@@ -9,8 +9,13 @@
 //! array is adopted with its own strides. Accesses from Python to the same memory while a
 //! gpubuf call on it runs on another thread are the caller's data race, as for two
 //! threads writing one numpy array (docs/python.md, "zero-copy rules").
+//!
+//! The same sharing runs the other way (a gpubuf array seen through numpy), so a numpy
+//! value given to a gpubuf write may lie in the very allocation written: [`unaliased`]
+//! copies such a value first, as numpy copies an assignment's overlapping value, and
+//! [`aliases_other_allocation`] finds a gpubuf array over another allocation's bytes.
 
-use crate::dtype::{with_dtype, AnyArray, Wrap};
+use crate::dtype::{dispatch, with_dtype, AnyArray, Wrap};
 use gpubuf::cpu::{interop::ADOPT_ALIGN, CpuMemory};
 use gpubuf::device::Memory;
 use gpubuf::{Buffer, DType, Device, Layout, NDBuffer};
@@ -140,4 +145,76 @@ pub fn adopt(
         NDBuffer::<Device, T>::from_buffer_layout(buffer, layout).map(T::wrap).map_err(crate::errors::to_py)?
     });
     Ok(Some(array))
+}
+
+/// The bytes the elements of a numpy array with data pointer `data`, `shape`, byte
+/// `strides` and `item` bytes per element lie in, as `(first byte, length)`; `None` when
+/// it has no element. Strides need not be whole elements. Numbers that do not fit (no
+/// numpy array has them) give the whole address space, so that a caller copies.
+pub fn byte_extent(data: usize, shape: &[usize], strides: &[isize], item: usize) -> Option<(usize, usize)> {
+    if shape.contains(&0) {
+        return None;
+    }
+    let extent = || -> Option<(usize, usize)> {
+        let (mut low, mut high) = (0i128, 0i128);
+        for (&n, &s) in shape.iter().zip(strides) {
+            let reach = i128::try_from(s).ok()?.checked_mul(i128::try_from(n).ok()? - 1)?;
+            if reach < 0 {
+                low = low.checked_add(reach)?;
+            } else {
+                high = high.checked_add(reach)?;
+            }
+        }
+        let start = i128::try_from(data).ok()?.checked_add(low)?;
+        let len = high.checked_sub(low)?.checked_add(i128::try_from(item).ok()?)?;
+        Some((usize::try_from(start).ok()?, usize::try_from(len).ok()?))
+    };
+    Some(extent().unwrap_or((0, usize::MAX)))
+}
+
+/// Whether the elements of the numpy array `arr` share a byte with `memory`. Only CPU
+/// memory is host memory numpy can see; other backends' memory shares none.
+pub fn shares_memory(arr: &Bound<'_, PyUntypedArray>, memory: &Memory) -> bool {
+    let Some(cpu) = memory.as_cpu() else { return false };
+    let item = numpy::PyArrayDescrMethods::itemsize(&arr.dtype());
+    byte_extent(data_ptr(arr), arr.shape(), arr.strides(), item)
+        .is_some_and(|(start, len)| cpu.overlaps_host(start, len))
+}
+
+/// `arr`, or, when its elements share bytes with `memory` (a numpy view of the gpubuf
+/// array being written, or of memory it adopted), a copy of it in memory of its own (a
+/// base-class numpy array, C order), as numpy copies an assignment's overlapping value:
+/// no Rust reference to the value's bytes is formed while the copy into `memory` holds
+/// the allocation's.
+///
+/// # Errors
+/// numpy's errors making the copy (no memory).
+pub fn unaliased<'py>(
+    arr: Bound<'py, PyUntypedArray>,
+    memory: &Memory,
+) -> PyResult<Bound<'py, PyUntypedArray>> {
+    if !shares_memory(&arr, memory) {
+        return Ok(arr);
+    }
+    let np = arr.py().import("numpy")?;
+    let kwargs = pyo3::types::IntoPyDict::into_py_dict([("copy", true), ("subok", false)], arr.py())?;
+    Ok(np.call_method("array", (&arr,), Some(&kwargs))?.cast_into::<PyUntypedArray>()?)
+}
+
+/// Whether `a` lives in another CPU allocation than `memory` over some of the same bytes
+/// (a numpy array adopted twice, or gpubuf memory adopted back from a numpy view of it).
+/// The CPU backend refuses to copy between such a pair; a copy of `a` can be copied.
+pub fn aliases_other_allocation(a: &AnyArray, memory: &Memory) -> bool {
+    use gpubuf::DeviceMemory;
+    dispatch!(a, nd => {
+        match (nd.buffer().memory().as_cpu(), memory.as_cpu()) {
+            (Some(x), Some(y)) => x.id() != y.id() && y.overlaps_host(x.as_ptr() as usize, x.len()),
+            _ => false,
+        }
+    })
+}
+
+/// The allocation an array's buffer is a range of.
+pub fn memory_of(a: &AnyArray) -> &Memory {
+    dispatch!(a, nd => nd.buffer().memory())
 }

@@ -6,14 +6,12 @@
 //! do), and an exception from a hook reaches the caller with the operation complete.
 
 use crate::backend::PyBackend;
-use crate::bufferizer_types::{each, AnyBufferizer, Event, Events, Held, Op, Typed, HOOK_NAMES};
+use crate::bufferizer_types::{each, AnyBufferizer, Event, Events, Op, Typed, HOOK_NAMES};
 use crate::dtype::{numpy_dtype, parse_dtype, with_dtype, Wrap};
-use crate::errors::{invalid, to_py, IntoPy};
+use crate::errors::{invalid, IntoPy};
 use crate::ndbuffer::{device_of, shape_arg, PyNDBuffer};
-use gpubuf::bufferizer::Input;
-use gpubuf::{Backend, Bufferizer, DType, Device, Error};
-use numpy::{PyArrayDyn, PyArrayMethods, PyUntypedArray, PyUntypedArrayMethods};
-use parking_lot::Mutex;
+use gpubuf::{Bufferizer, DType, Device, Error};
+use parking_lot::{Mutex, MutexGuard};
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyTuple};
 use pyo3::{PyTraverseError, PyVisit};
@@ -23,7 +21,8 @@ use pyo3::{PyTraverseError, PyVisit};
 ///
 /// Appends take numpy arrays, objects with ``__dlpack__`` and ``gpubuf.NDBuffer``s (on the
 /// bufferizer's backend, or on the CPU backend, which any bufferizer reads), of the
-/// bufferizer's dtype exactly (no casts). Every append is all-or-nothing: on an error
+/// bufferizer's dtype exactly (no casts); an input that shares memory with the buffer
+/// (a view of it) is copied first, as numpy would. Every append is all-or-nothing: on an error
 /// (``CapacityError``, ``ShapeMismatchError``, ``DTypeMismatchError``, ...) nothing changed
 /// and no hook ran. Hooks are called with the bufferizer after the operation completed, in
 /// dolphin's order (``allocate``: allocate_hook, flush_hook; an append: its append hook, then
@@ -31,30 +30,48 @@ use pyo3::{PyTraverseError, PyVisit};
 /// from a hook propagates (the hooks after it do not run) and the bufferizer stays usable.
 #[pyclass(name = "Bufferizer", module = "gpubuf", frozen)]
 pub struct PyBufferizer {
-    inner: Mutex<AnyBufferizer>,
+    pub(crate) inner: Mutex<AnyBufferizer>,
     events: Events,
     hooks: Mutex<[Option<Py<PyAny>>; 5]>,
-    device: Device,
-    dtype: DType,
+    pub(crate) device: Device,
+    pub(crate) dtype: DType,
     element_shape: Vec<usize>,
     capacity: usize,
 }
 
 impl PyBufferizer {
+    /// The bufferizer, locked for one operation.
+    ///
+    /// # Errors
+    /// `InvalidArgumentError` when another thread is using it.
+    pub(crate) fn lock(&self) -> PyResult<MutexGuard<'_, AnyBufferizer>> {
+        self.inner.try_lock().ok_or_else(|| invalid("the bufferizer is in use on another thread"))
+    }
+
     /// Runs `f` on the bufferizer with the GIL released, then the hooks it fired.
     fn run<R: Send>(
         slf: &Bound<'_, Self>,
         f: impl FnOnce(&mut AnyBufferizer) -> gpubuf::Result<R> + Send,
     ) -> PyResult<R> {
+        let b = slf.get().lock()?;
+        Self::run_locked(slf, b, f)
+    }
+
+    /// Runs `f` on the bufferizer `b` (locked by [`Self::lock`]) with the GIL released,
+    /// unlocks it, then runs the hooks it fired.
+    pub(crate) fn run_locked<R: Send>(
+        slf: &Bound<'_, Self>,
+        mut b: MutexGuard<'_, AnyBufferizer>,
+        f: impl FnOnce(&mut AnyBufferizer) -> gpubuf::Result<R> + Send,
+    ) -> PyResult<R> {
         let this = slf.get();
         let (r, fired) = {
-            let mut b =
-                this.inner.try_lock().ok_or_else(|| invalid("the bufferizer is in use on another thread"))?;
             let b = &mut *b;
             let r = slf.py().detach(move || f(b));
             // Taken under the lock: only this operation's events (a failed one records none).
             (r, std::mem::take(&mut *this.events.lock()))
         };
+        drop(b);
         let r = r.py()?;
         Self::fire(slf, fired)?;
         Ok(r)
@@ -70,92 +87,6 @@ impl PyBufferizer {
             }
         }
         Ok(())
-    }
-
-    /// One append input, converted: see the class docstring.
-    fn held<'py>(&self, obj: &Bound<'py, PyAny>) -> PyResult<Held<'py>> {
-        let py = obj.py();
-        let np = py.import("numpy")?;
-        if let Ok(nd) = obj.cast::<PyNDBuffer>() {
-            let a = &nd.get().array;
-            let foreign_host =
-                crate::interop::host_address(a).is_some() && !self.device.same_device(a.device());
-            if !foreign_host {
-                return Ok(Held::Device(a.clone()));
-            }
-            return Ok(Held::Host(np.call_method1("asarray", (obj,))?.cast_into::<PyUntypedArray>()?));
-        }
-        if let Ok(a) = obj.cast::<PyUntypedArray>() {
-            return Ok(Held::Host(a.clone()));
-        }
-        if obj.hasattr("__dlpack__")? && obj.hasattr("__dlpack_device__")? {
-            let (kind, _): (i32, i32) = obj.call_method0("__dlpack_device__")?.extract()?;
-            if kind != 1 {
-                let backend = PyBackend::new(self.device.clone());
-                let nd = crate::dlpack::from_dlpack(py, obj, Some(&backend))?;
-                return Ok(Held::Device(nd.array));
-            }
-            let host = np.call_method1("from_dlpack", (obj,))?;
-            return Ok(Held::Host(host.cast_into::<PyUntypedArray>()?));
-        }
-        Ok(Held::Host(np.call_method1("asarray", (obj,))?.cast_into::<PyUntypedArray>()?))
-    }
-
-    /// Checks an input's dtype against the bufferizer's.
-    fn check_dtype(&self, h: &Held<'_>) -> PyResult<()> {
-        let got = match h {
-            Held::Device(a) => a.dtype(),
-            Held::Host(a) => crate::dtype::from_numpy_dtype(&a.dtype())?,
-        };
-        if got != self.dtype {
-            return Err(to_py(Error::DTypeMismatch { expected: self.dtype, got }));
-        }
-        Ok(())
-    }
-
-    /// Converts the inputs and runs one append.
-    fn append_op(slf: &Bound<'_, Self>, objs: &[Bound<'_, PyAny>], op: Op) -> PyResult<()> {
-        let this = slf.get();
-        let held = objs.iter().map(|o| this.held(o)).collect::<PyResult<Vec<_>>>()?;
-        for h in &held {
-            this.check_dtype(h)?;
-        }
-        with_dtype!(this.dtype, T => Self::append_typed::<T>(slf, &held, op))
-    }
-
-    fn append_typed<T: Typed>(slf: &Bound<'_, Self>, held: &[Held<'_>], op: Op) -> PyResult<()> {
-        let guards = held
-            .iter()
-            .map(|h| match h {
-                Held::Host(a) => {
-                    let typed = a.cast::<PyArrayDyn<T>>()?;
-                    typed.try_readonly().map(Some).map_err(|e| invalid(e.to_string()))
-                }
-                Held::Device(_) => Ok(None),
-            })
-            .collect::<PyResult<Vec<_>>>()?;
-        let mut inputs: Vec<Input<'_, Device, T>> = Vec::with_capacity(held.len());
-        for (h, g) in held.iter().zip(&guards) {
-            inputs.push(match (h, g) {
-                (_, Some(g)) => Input::Host(g.as_array()),
-                (Held::Device(a), None) => Input::Device(T::of(a).ok_or_else(|| invalid("dtype changed"))?),
-                (Held::Host(_), None) => return Err(invalid("a host input was not borrowed")),
-            });
-        }
-        Self::run(slf, move |any| {
-            let b = T::unwrap_mut(any).ok_or_else(|| Error::invalid("bufferizer dtype changed"))?;
-            match op {
-                Op::List => b.append_list(&inputs),
-                Op::One | Op::Multiple | Op::Auto => {
-                    let input = inputs.pop().ok_or_else(|| Error::invalid("no input"))?;
-                    match op {
-                        Op::One => b.append_one(input),
-                        Op::Multiple => b.append_multiple(input),
-                        _ => b.append(input),
-                    }
-                }
-            }
-        })
     }
 }
 

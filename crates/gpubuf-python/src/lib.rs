@@ -10,7 +10,8 @@
 //! copies, with [`dlpack_tensor`], DLPack's structs, and [`dlpack_cuda`], its CUDA half), [`adopt`] (numpy memory adopted by the CPU backend without a copy), [`pool`]
 //! (`MemoryPool`, `PooledBuffer`) with [`gil`] (its allocator, which releases the GIL only
 //! while the device allocates), [`halo`], [`halo_args`] and [`halo_run`] (pace-util's halo
-//! API), [`cuda`] (the CUDA array interface), [`bufferizer`] (dolphin's `Bufferizer`),
+//! API), [`cuda`] (the CUDA array interface), [`bufferizer`] (dolphin's `Bufferizer`, with
+//! [`bufferizer_append`], its appends),
 //! [`mirror`] (glumpy's `GPUData` as `Mirror`), [`region`] (basic indexing and region
 //! uploads of `NDBuffer`, with [`region_plan`], the row gather and its plan cache), [`reshape`] (its reshapes and dtype views), [`mod@bench`] (the benchmark's Rust-side
 //! loops). Later components add a file and a line to the module function
@@ -26,6 +27,7 @@ pub mod adopt;
 pub mod backend;
 pub mod bench;
 pub mod bufferizer;
+pub mod bufferizer_append;
 pub mod bufferizer_types;
 pub mod cuda;
 pub mod dlpack;

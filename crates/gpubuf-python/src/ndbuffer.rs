@@ -196,7 +196,9 @@ impl PyNDBuffer {
     /// taken by ``numpy.asarray`` in this array's dtype, a scalar filling the region on
     /// the device, an array (broadcast to the region's shape) uploaded once: straight into
     /// a contiguous region, else into a staging array (from ``pool``, a ``MemoryPool`` of
-    /// this device, when given) that one scatter writes into the region. Runs with the GIL
+    /// this device, when given) that one scatter writes into the region. A value that
+    /// shares memory with this array (a numpy view of it, the numpy array it adopted,
+    /// another array over the same bytes) is copied first, as numpy does. Runs with the GIL
     /// released.
     ///
     /// Raises as ``__getitem__``; ``DTypeMismatchError`` for an ``NDBuffer`` of another

@@ -7,7 +7,8 @@
 //! else into a staging array (from a pool when one is given) that one plan moves into the
 //! region: a gather of its rows ([`crate::region_plan`]) when they are contiguous, else a
 //! scatter. A strided numpy value is gathered into C order on the host
-//! first; a scalar fills the region on the device.
+//! first; a scalar fills the region on the device. A value that shares memory with the
+//! array written is copied first, as numpy does ([`crate::adopt::unaliased`]).
 
 use crate::dtype::{dispatch, numpy_dtype, AnyArray, Wrap};
 use crate::errors::{invalid, unsupported_dtype, IntoPy};
@@ -216,7 +217,17 @@ pub fn set(
         if src.dtype() != region.dtype() {
             return Err(Error::DTypeMismatch { expected: region.dtype(), got: src.dtype() }.into_py_err());
         }
-        return py.detach(move || copy_between(&region, &src)).py();
+        return py
+            .detach(move || {
+                // Another allocation over the same bytes: copied first, as numpy would
+                // (the backend copies between allocations as if they were disjoint).
+                if crate::adopt::aliases_other_allocation(&src, crate::adopt::memory_of(&region)) {
+                    let own = dispatch!(&src, nd => nd.copy().map(Wrap::wrap))?;
+                    return copy_between(&region, &own);
+                }
+                copy_between(&region, &src)
+            })
+            .py();
     }
     let np = py.import("numpy")?;
     let arr = np.call_method(
@@ -232,6 +243,9 @@ pub fn set(
         })?;
         arr = b.cast_into::<PyUntypedArray>()?;
     }
+    // A value in the memory written (a numpy view of this array, or memory it adopted) is
+    // copied first, as numpy copies an overlapping value.
+    let arr = crate::adopt::unaliased(arr, crate::adopt::memory_of(&region))?;
     dispatch!(&region, nd => upload(nd, &arr, pool))
 }
 

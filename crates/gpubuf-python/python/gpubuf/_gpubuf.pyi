@@ -170,7 +170,8 @@ class NDBuffer:
         """Writes ``value`` into the region ``key`` selects: an NDBuffer of the same dtype
         and shape is copied on the device; a scalar fills the region; a numpy array (in
         this dtype, broadcast to the region) is uploaded once, straight into a contiguous
-        region, else into staging (from ``pool`` when given) moved by one plan."""
+        region, else into staging (from ``pool`` when given) moved by one plan. A value
+        that shares memory with this array is copied first, as numpy does."""
     def fill(self, value: Any) -> None:
         """Sets every element to ``value`` on the device."""
     def reshape(self, *shape: Union[int, Sequence[int]]) -> NDBuffer:
@@ -187,7 +188,8 @@ _Hook = Optional[Callable[["Bufferizer"], Any]]
 class Bufferizer:
     """dolphin's batch buffer: ``buffer_size`` elements of ``shape`` and ``dtype`` on
     ``backend``, zeroed; all-or-nothing appends of numpy arrays, ``__dlpack__`` objects and
-    NDBuffers of its dtype; hooks called with the bufferizer after each operation."""
+    NDBuffers of its dtype (an input sharing memory with the buffer is copied first); hooks
+    called with the bufferizer after each operation."""
 
     def __init__(
         self,
