@@ -4,7 +4,8 @@
 //! The capsule is the legacy (unversioned) `"dltensor"` one, which every consumer accepts.
 //! It holds a clone of the array (one reference count on its allocation or pool block),
 //! released by the tensor's deleter: by the consumer once it is done, or by the capsule's
-//! destructor when no consumer took it.
+//! destructor when no consumer took it. A deleter running while the interpreter finalizes
+//! (at exit) leaks the holder instead ([`crate::ffi_guard`]); no panic leaves either.
 //!
 //! The pure parts (the device tuple, the `stream` argument's meaning, building and reading
 //! the tensor struct) are here and run on any machine; what needs the CUDA driver (the
@@ -42,40 +43,46 @@ struct Holder {
     _keep: Box<dyn std::any::Any + Send>,
 }
 
-/// Frees the holder of a tensor this module exported.
+/// Frees the holder of a tensor this module exported, attached to the interpreter so that
+/// the Python objects it holds are released now (whichever thread the consumer deletes
+/// from); leaks it when the interpreter is finalizing or gone (at exit). No panic leaves
+/// it.
 ///
 /// # Safety
-/// `m` is the `managed` field of a `Holder` leaked by [`capsule`], not yet deleted.
+/// `m` is null or the `managed` field of a `Holder` leaked by [`capsule`], not yet deleted.
 unsafe extern "C" fn deleter(m: *mut DLManagedTensor) {
-    if !m.is_null() {
-        // SAFETY: by the contract, `m` points to the first field of a leaked `Box<Holder>`
-        // (repr(C), so the addresses agree) that nothing else frees.
-        let holder = unsafe { Box::from_raw(m.cast::<Holder>()) };
-        // Attached, so that Python objects it holds are released now (not at pyo3's next
-        // call), whichever thread the consumer deletes from.
-        Python::attach(|_py| drop(holder));
-    }
+    crate::ffi_guard::no_unwind(|| {
+        if !m.is_null() {
+            // SAFETY: by the contract, `m` points to the first field of a leaked
+            // `Box<Holder>` (repr(C), so the addresses agree) that nothing else frees.
+            let holder = unsafe { Box::from_raw(m.cast::<Holder>()) };
+            crate::ffi_guard::drop_attached(holder);
+        }
+    });
 }
 
 /// The capsule's destructor: deletes the tensor unless a consumer took it (and renamed the
-/// capsule to `"used_dltensor"`).
+/// capsule to `"used_dltensor"`). No panic leaves it.
 ///
 /// # Safety
 /// Called by Python with the GIL held, on a capsule made by [`capsule`].
 unsafe extern "C" fn destructor(capsule: *mut pyo3::ffi::PyObject) {
-    // SAFETY: `capsule` is a live capsule object (the destructor's contract); IsValid
-    // checks its name without raising.
-    if unsafe { pyo3::ffi::PyCapsule_IsValid(capsule, NAME.as_ptr()) } != 1 {
-        return;
-    }
-    // SAFETY: the capsule is valid under NAME (checked above), so this returns its pointer:
-    // the `DLManagedTensor` leaked by `capsule`, never deleted (an unused capsule).
-    unsafe {
-        let m = pyo3::ffi::PyCapsule_GetPointer(capsule, NAME.as_ptr()).cast::<DLManagedTensor>();
-        if let Some(delete) = m.as_ref().and_then(|t| t.deleter) {
-            delete(m);
+    crate::ffi_guard::no_unwind(|| {
+        // SAFETY: `capsule` is a live capsule object (the destructor's contract); IsValid
+        // checks its name without raising.
+        if unsafe { pyo3::ffi::PyCapsule_IsValid(capsule, NAME.as_ptr()) } != 1 {
+            return;
         }
-    }
+        // SAFETY: the capsule is valid under NAME (checked above), so this returns its
+        // pointer: the `DLManagedTensor` leaked by `capsule`, never deleted (an unused
+        // capsule).
+        unsafe {
+            let m = pyo3::ffi::PyCapsule_GetPointer(capsule, NAME.as_ptr()).cast::<DLManagedTensor>();
+            if let Some(delete) = m.as_ref().and_then(|t| t.deleter) {
+                delete(m);
+            }
+        }
+    });
 }
 
 fn dl_dtype(d: DType) -> DLDataType {
@@ -268,7 +275,10 @@ pub fn from_dlpack(
 ) -> PyResult<PyNDBuffer> {
     let to_cuda = backend.is_none_or(|b| b.device.as_cuda().is_some());
     if obj.hasattr("__dlpack__")? && obj.hasattr("__dlpack_device__")? {
-        let (kind, _): (i32, i32) = obj.call_method0("__dlpack_device__")?.extract()?;
+        let (kind, _): (i32, i32) = obj
+            .call_method0("__dlpack_device__")?
+            .extract()
+            .map_err(|_| invalid("__dlpack_device__ returned no (device_type, device_id) pair of ints"))?;
         if kind == DL_CUDA {
             if !to_cuda {
                 return Err(invalid(

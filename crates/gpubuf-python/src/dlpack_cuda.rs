@@ -6,7 +6,8 @@
 //! handle as 1, the legacy default stream), checks the tensor's device against the
 //! backend's, takes the capsule (renaming it `used_dltensor`) and adopts the memory; the
 //! tensor's deleter runs, with the GIL held, when the last gpubuf view is gone, and the
-//! producer object is kept alive until then.
+//! producer object is kept alive until then (both are leaked when that happens while the
+//! interpreter finalizes, at exit).
 
 use crate::adopt::span_unaligned;
 use crate::backend::PyBackend;
@@ -57,7 +58,8 @@ pub fn order_for_consumer(a: &AnyArray, wait: ConsumerStream) -> PyResult<()> {
 }
 
 /// A consumed tensor: its deleter runs (with the GIL held) when this drops, then the
-/// producer object is released.
+/// producer object is released. When the interpreter is finalizing or gone (the last view
+/// dropped at exit), both are leaked: the producer's deleter may need Python.
 struct Taken {
     managed: *mut DLManagedTensor,
     producer: Option<Py<PyAny>>,
@@ -73,15 +75,21 @@ unsafe impl Sync for Taken {}
 impl Drop for Taken {
     fn drop(&mut self) {
         let (m, producer) = (self.managed, self.producer.take());
-        Python::attach(|_py| {
-            // SAFETY: `m` is the tensor of the capsule this module renamed to
-            // `used_dltensor` (so no one else deletes it); deleted here, once.
-            unsafe {
-                if let Some(delete) = m.as_ref().and_then(|t| t.deleter) {
-                    delete(m);
-                }
+        crate::ffi_guard::no_unwind(|| {
+            if !crate::ffi_guard::python_alive() {
+                std::mem::forget(producer);
+                return;
             }
-            drop(producer);
+            Python::attach(|_py| {
+                // SAFETY: `m` is the tensor of the capsule this module renamed to
+                // `used_dltensor` (so no one else deletes it); deleted here, once.
+                unsafe {
+                    if let Some(delete) = m.as_ref().and_then(|t| t.deleter) {
+                        delete(m);
+                    }
+                }
+                drop(producer);
+            });
         });
     }
 }

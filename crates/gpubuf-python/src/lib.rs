@@ -5,6 +5,8 @@
 //! and adds `gpubuf.bench`.
 //!
 //! One file per concern: [`errors`] (gpubuf's errors as Python exception classes),
+//! [`ffi_guard`] (what the functions C calls need: no unwinding, nothing of Python touched
+//! at exit),
 //! [`backend`] (`Backend`, `backends()`), [`dtype`] (one array type for every element
 //! type), [`ndbuffer`] (`NDBuffer`), [`interop`] and [`dlpack`] (numpy and DLPack without
 //! copies, with [`dlpack_tensor`], DLPack's structs, and [`dlpack_cuda`], its CUDA half), [`adopt`] (numpy memory adopted by the CPU backend without a copy), [`pool`]
@@ -35,6 +37,7 @@ pub mod dlpack_cuda;
 pub mod dlpack_tensor;
 pub mod dtype;
 pub mod errors;
+pub mod ffi_guard;
 pub mod gil;
 pub mod halo;
 pub mod halo_args;
