@@ -10,7 +10,8 @@
 //! The pure parts (the device tuple, the `stream` argument's meaning, building and reading
 //! the tensor struct) are here and run on any machine; what needs the CUDA driver (the
 //! stream dependency of an export, the adoption of an imported capsule) is in
-//! `dlpack_cuda.rs`.
+//! `dlpack_cuda.rs`. Capsules are built only over an array's own memory (`__dlpack__`):
+//! nothing reachable from Python wraps an address it is given in a capsule.
 
 use crate::backend::PyBackend;
 use crate::dtype::AnyArray;
@@ -293,26 +294,6 @@ pub fn from_dlpack(
     let np = py.import("numpy")?;
     let host = np.call_method1("from_dlpack", (obj,))?;
     PyNDBuffer::from_numpy(py, &host, backend, None)
-}
-
-/// A ``"dltensor"`` capsule of the given numbers (no memory behind ``ptr``; the tensor
-/// keeps ``keep`` alive until deleted), as ``__dlpack__`` builds one.
-///
-/// # Errors
-/// As [`capsule`]; `DTypeMismatchError` for a dtype gpubuf has no type for.
-#[pyfunction]
-#[pyo3(signature = (shape, strides, dtype, ptr, device, keep = None))]
-pub fn _dlpack_capsule<'py>(
-    py: Python<'py>,
-    shape: Vec<usize>,
-    strides: Vec<isize>,
-    dtype: &Bound<'py, PyAny>,
-    ptr: u64,
-    device: (i32, i32),
-    keep: Option<Py<PyAny>>,
-) -> PyResult<Bound<'py, PyAny>> {
-    let d = crate::dtype::parse_dtype(dtype)?;
-    capsule(py, d, &shape, &strides, ptr, device, Box::new(keep))
 }
 
 /// What a consumer reads from an unconsumed ``"dltensor"`` capsule (which stays

@@ -65,7 +65,6 @@ fn gpubuf_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<bufferizer::PyBufferizer>()?;
     mirror::register(m)?;
     m.add_function(wrap_pyfunction!(dlpack::from_dlpack, m)?)?;
-    m.add_function(wrap_pyfunction!(dlpack::_dlpack_capsule, m)?)?;
     m.add_function(wrap_pyfunction!(dlpack::_read_dlpack_capsule, m)?)?;
     m.add_function(wrap_pyfunction!(dlpack::_dlpack_consumer_stream, m)?)?;
     m.add_class::<pool::PyMemoryPool>()?;

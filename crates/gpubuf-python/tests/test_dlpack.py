@@ -1,6 +1,8 @@
-"""DLPack: the device tuple, the stream argument's rules, the tensor struct built and
-read, and a CUDA capsule refused by other backends (the CUDA adoption itself needs a GPU)."""
+"""DLPack: the device tuple, the stream argument's rules, the tensor struct read (from
+gpubuf's capsules and from foreign ones built with ctypes), and a CUDA capsule refused by
+other backends (the CUDA adoption itself needs a GPU)."""
 
+import ctypes
 import gc
 import weakref
 
@@ -53,13 +55,87 @@ def test_cpu_capsule_reads_back(cpu):
     assert (shape, strides, data) == ([4, 3], [3, 1], view.ctypes.data)
 
 
-def test_cuda_capsule_built_and_read():
+# A kDLCUDA tensor over memory that does not exist, built with ctypes as a foreign producer
+# would build it in C (gpubuf builds capsules only over its arrays' own memory). The
+# tensor keeps its shape, strides and ``keep`` object in ``_TENSORS`` until its deleter
+# runs: called by a consumer that took the capsule, or by the capsule's destructor.
+
+
+class _DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+
+class _DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class _DLTensor(ctypes.Structure):
+    _fields_ = [
+        ("data", ctypes.c_void_p),
+        ("device", _DLDevice),
+        ("ndim", ctypes.c_int32),
+        ("dtype", _DLDataType),
+        ("shape", ctypes.POINTER(ctypes.c_int64)),
+        ("strides", ctypes.POINTER(ctypes.c_int64)),
+        ("byte_offset", ctypes.c_uint64),
+    ]
+
+
+class _DLManagedTensor(ctypes.Structure):
+    pass
+
+
+_DELETER = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+_DLManagedTensor._fields_ = [("dl_tensor", _DLTensor), ("manager_ctx", ctypes.c_void_p), ("deleter", _DELETER)]
+_TENSORS = {}
+_NAME = ctypes.c_char_p(b"dltensor")  # the capsule keeps this pointer: it must outlive it
+_capsule_new = ctypes.pythonapi.PyCapsule_New
+_capsule_new.restype = ctypes.py_object
+_DESTRUCTOR = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+_capsule_new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, _DESTRUCTOR]
+_capsule_valid = ctypes.pythonapi.PyCapsule_IsValid
+_capsule_valid.restype = ctypes.c_int
+_capsule_valid.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
+_capsule_pointer = ctypes.pythonapi.PyCapsule_GetPointer
+_capsule_pointer.restype = ctypes.c_void_p
+_capsule_pointer.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
+
+
+@_DELETER
+def _delete(managed):
+    _TENSORS.pop(managed, None)
+
+
+@_DESTRUCTOR
+def _destroy(capsule):
+    if _capsule_valid(capsule, _NAME):  # not taken by a consumer
+        _delete(_capsule_pointer(capsule, _NAME))
+
+
+def foreign_capsule(shape, strides, code_bits, ptr, device, keep=None):
+    m = _DLManagedTensor()
+    n = len(shape)
+    extents, steps = (ctypes.c_int64 * n)(*shape), (ctypes.c_int64 * n)(*strides)
+    t = m.dl_tensor
+    t.data, t.device, t.ndim = ptr, _DLDevice(*device), n
+    t.dtype = _DLDataType(code_bits[0], code_bits[1], 1)
+    t.shape = ctypes.cast(extents, ctypes.POINTER(ctypes.c_int64))
+    t.strides = ctypes.cast(steps, ctypes.POINTER(ctypes.c_int64))
+    m.deleter = _delete
+    _TENSORS[ctypes.addressof(m)] = (m, extents, steps, keep)
+    return _capsule_new(ctypes.addressof(m), _NAME, _destroy)
+
+
+FLOAT32, FLOAT64 = (2, 32), (2, 64)
+
+
+def test_foreign_cuda_capsule_is_read():
     class Token:
         pass
 
     token = Token()
     alive = weakref.ref(token)
-    cap = native._dlpack_capsule([3, 5], [10, 2], "float32", 0x7000_0000_1000, (KDLCUDA, 3), token)
+    cap = foreign_capsule([3, 5], [10, 2], FLOAT32, 0x7000_0000_1000, (KDLCUDA, 3), token)
     assert native._read_dlpack_capsule(cap) == ((KDLCUDA, 3), "float32", [3, 5], [10, 2], 0x7000_0000_1000)
     del token
     gc.collect()
@@ -69,10 +145,11 @@ def test_cuda_capsule_built_and_read():
     assert alive() is None  # the capsule's destructor ran the deleter
     with pytest.raises(gpubuf.InvalidArgumentError):
         native._read_dlpack_capsule(object())
-    with pytest.raises(gpubuf.InvalidArgumentError):
-        native._dlpack_capsule([3], [1, 1], "float32", 0, (KDLCUDA, 0))
+    int8 = foreign_capsule([3], [1], (0, 8), 0x7000_0000_0000, (KDLCUDA, 0))
     with pytest.raises(gpubuf.DTypeMismatchError):
-        native._dlpack_capsule([3], [1], np.int8, 0, (KDLCUDA, 0))
+        native._read_dlpack_capsule(int8)
+    del int8  # destroyed with no exception pending (its destructor is a ctypes callback)
+    gc.collect()
 
 
 class FakeCudaArray:
@@ -87,7 +164,7 @@ class FakeCudaArray:
 
     def __dlpack__(self, stream=None, **kw):
         self.calls.append(stream)
-        return native._dlpack_capsule([4], [1], "float64", 0x7000_0000_0000, (KDLCUDA, 0), self.token)
+        return foreign_capsule([4], [1], FLOAT64, 0x7000_0000_0000, (KDLCUDA, 0), self.token)
 
 
 def test_cuda_capsule_is_refused_by_other_backends(backend):

@@ -179,7 +179,7 @@ class NDBuffer:
     def ravel(self) -> NDBuffer:
         """1-d: a view when C-contiguous, else a C-order copy."""
     def transpose(self, axes: Optional[Sequence[int]] = None) -> NDBuffer:
-        """A view with the axes permuted (None reverses them)."""
+        """A view with the axes permuted (None reverses them; negative axes count from the end)."""
     def view(self, dtype: _DType) -> NDBuffer:
         """The bytes of a C-contiguous array seen as ``dtype`` (the last axis scales)."""
 
@@ -286,15 +286,7 @@ def _parse_cuda_array_interface(
     dict: Dict[str, Any],
 ) -> Tuple[str, List[int], int, int, List[int], int, Optional[int]]: ...
 
-# Private: the pure halves of DLPack, for tests.
-def _dlpack_capsule(
-    shape: Sequence[int],
-    strides: Sequence[int],
-    dtype: _DType,
-    ptr: int,
-    device: Tuple[int, int],
-    keep: Any = None,
-) -> Any: ...
+# Private: the pure halves of DLPack, for tests (none builds a capsule).
 def _read_dlpack_capsule(capsule: Any) -> Tuple[Tuple[int, int], str, List[int], List[int], int]: ...
 def _dlpack_consumer_stream(device_type: int, stream: Any = None) -> Optional[int]: ...
 
