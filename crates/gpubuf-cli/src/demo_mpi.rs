@@ -19,7 +19,10 @@ struct MpiExchange<'w, B: Kernels> {
 impl<B: Kernels> Exchange<B> for MpiExchange<'_, B> {
     fn update(&mut self, field: &NDBuffer<B, f64>) -> Result<()> {
         let before = self.up.staged_bytes();
-        self.up.update(&[field], None)?;
+        // The updater borrows its quantities exclusively; a second handle of the same
+        // array is fine for message passing (and keeps `Exchange` taking `&NDBuffer`).
+        let mut field = field.clone();
+        self.up.update(&mut [&mut field], None)?;
         let staged = self.up.staged_bytes().saturating_sub(before);
         self.staged = u64::try_from(staged).unwrap_or(u64::MAX);
         Ok(())

@@ -35,4 +35,4 @@ pub use comm::Comm;
 pub use mpi;
 pub use node::node_buffer;
 pub use phases::Phases;
-pub use updater::HaloUpdater;
+pub use updater::{HaloUpdate, HaloUpdater};

@@ -160,7 +160,8 @@ where
     // fresh file), page-aligned; `segment` is the owner and unmaps it only when the
     // adopting memory drops. Nothing in this process reaches the bytes but through the
     // adopting memory; other processes read them only while this rank's updater waits for
-    // them to finish (see `HaloUpdater::on_node`), and never write them.
+    // them to finish, holding the only handles of the memory (see `HaloUpdater::on_node`),
+    // and never write them.
     let memory = unsafe { CpuMemory::adopt_raw(ptr, bytes, Box::new(segment))? };
     let boxed: Box<dyn Any> = Box::new(memory);
     let memory = *boxed.downcast::<B::Memory>().map_err(|_| Error::invalid("CPU memory of another type"))?;

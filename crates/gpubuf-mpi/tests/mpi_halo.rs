@@ -4,6 +4,7 @@
 //! (cubed sphere, one rank per face); alone it runs a 1x1 periodic tile (every neighbour is
 //! the rank itself). Prints `N passed, M failed` on rank 0 and exits non-zero on failure.
 
+use errors::{errors_case, expect_invalid};
 use gpubuf_buffer::NDBuffer;
 use gpubuf_core::{DType, Error, Kernels, Result};
 use gpubuf_halo::{
@@ -16,6 +17,12 @@ use gpubuf_testkit::reference::rotate;
 use ndarray::{ArrayD, IxDyn, SliceInfoElem};
 use node::{expect_copied, Mode};
 
+#[path = "mpi_halo/errors.rs"]
+mod errors;
+#[path = "mpi_halo/held.rs"]
+mod held;
+#[path = "mpi_halo/mismatch.rs"]
+mod mismatch;
 #[path = "mpi_halo/node.rs"]
 mod node;
 
@@ -121,21 +128,26 @@ fn tile_case<B: Kernels>(
     // The same quantities every update, rewritten as soon as `wait` returns: a neighbour
     // still copying from them then (node memory, a sender that did not wait for its
     // credits) would get the next update's values.
-    let arrays: Vec<NDBuffer<B, f64>> =
-        (0..4).map(|_| mode.place(b, tile.me, tile.array(b, 0.0)?)).collect::<Result<_>>()?;
+    let mut arrays: [NDBuffer<B, f64>; 4] = (0..4)
+        .map(|_| mode.place(b, tile.me, tile.array(b, 0.0)?))
+        .collect::<Result<Vec<_>>>()?
+        .try_into()
+        .map_err(|_| Error::invalid("four arrays"))?;
     for it in 0..4 {
         let salts = [0.0, 0.25, 0.5, 0.75].map(|s| s + f64::from(it) * 0.0625);
         for (a, &salt) in arrays.iter().zip(&salts) {
             a.copy_from(&tile.array(b, salt)?)?;
         }
+        let [a0, a1, a2, a3] = &mut arrays;
+        let (mut s, mut vx, mut vy) = ([a0, a1], [a2], [a3]);
         // Start both before waiting on either: their messages must not mix.
-        scalars.start(&[&arrays[0], &arrays[1]], None)?;
-        vectors.start(&[&arrays[2]], Some(&[&arrays[3]]))?;
+        let scalar_update = scalars.start(&mut s, None)?;
+        let vector_update = vectors.start(&mut vx, Some(&mut vy))?;
         if shared && tile.me % 2 == 1 {
             std::thread::sleep(std::time::Duration::from_millis(100));
         }
-        vectors.wait(&[&arrays[2]], Some(&[&arrays[3]]))?;
-        scalars.wait(&[&arrays[0], &arrays[1]], None)?;
+        vector_update.wait()?;
+        scalar_update.wait()?;
         // A wrong halo is recorded, not returned at once: every rank goes through the same
         // updates (a rank leaving early would leave its neighbours waiting).
         for (q, &salt) in salts.iter().enumerate() {
@@ -172,124 +184,38 @@ fn tile_case<B: Kernels>(
     Ok(())
 }
 
-/// Expects a typed `InvalidArgument` (or `ShapeMismatch`) from a call that must not panic.
-fn expect_invalid(what: &str, r: Result<()>) -> Result<()> {
-    match r {
-        Err(Error::InvalidArgument(_) | Error::ShapeMismatch { .. }) => Ok(()),
-        other => Err(Error::invalid(format!("{what}: expected a typed argument error, got {other:?}"))),
-    }
-}
-
-/// A partitioner that claims `total` ranks and links rank 0 with rank `total` (outside any
-/// communicator of `total` ranks) across every edge, both ways.
-struct Liar(usize);
-
-impl Partitioner for Liar {
-    fn total_ranks(&self) -> usize {
-        self.0
-    }
-    fn neighbor(&self, rank: usize, _boundary: Boundary) -> Option<gpubuf_halo::Neighbor> {
-        let to = if rank == self.0 { 0 } else { self.0 };
-        Some(gpubuf_halo::Neighbor { rank: to, rotation: i32::MIN })
-    }
-}
-
-/// Wrong arguments are typed errors that leave nothing posted and the updater usable: a
-/// wrong quantity count or shape in `start` (on every rank, then on rank 0 alone while
-/// the others go ahead), a wrong count in `wait` (the update stays in flight), `wait`
-/// without `start`, and an updater dropped with an update in flight.
-fn errors_case<B: Kernels>(b: &B, comm: &SimpleCommunicator, layout: (usize, usize)) -> Result<()> {
-    let tile = Tile::new(comm, layout, true)?;
-    let (u, v) = (tile.array(b, 0.0)?, tile.array(b, 0.5)?);
-    let wrong_shape = NDBuffer::<B, f64>::zeros(b, &[3, 3, NZ])?;
-    let spec = std::slice::from_ref(&tile.spec);
-    // Refused updaters (every rank refuses alike).
-    let mut no_halo = tile.spec.clone();
-    no_halo.n_halo = 0;
-    let size = comm.size() as usize;
-    for (what, r) in [
-        ("zero halo", HaloUpdater::<B, f64>::new(b, comm, &tile.part, &[no_halo], None, "e").map(drop)),
-        ("rank outside", HaloUpdater::<B, f64>::new(b, comm, &Liar(size), spec, None, "e").map(drop)),
-        ("wrong size", HaloUpdater::<B, f64>::new(b, comm, &Liar(size + 1), spec, None, "e").map(drop)),
-        ("no quantity", HaloUpdater::<B, f64>::new(b, comm, &tile.part, &[], None, "e").map(drop)),
-        (
-            "y of another length",
-            HaloUpdater::<B, f64>::new(b, comm, &tile.part, spec, Some(&[]), "e").map(drop),
-        ),
-    ] {
-        expect_invalid(what, r)?;
-    }
-    let mut f32_spec = tile.spec.clone();
-    f32_spec.dtype = DType::F32;
-    if HaloUpdater::<B, f64>::new(b, comm, &tile.part, &[f32_spec], None, "e").is_ok() {
-        return Err(Error::invalid("an f64 updater took f32 specs"));
-    }
-    let mut up = HaloUpdater::<B, f64>::new(b, comm, &tile.part, spec, None, "errors")?;
-    expect_invalid("start with two quantities", up.start(&[&u, &v], None))?;
-    expect_invalid("start with none", up.start(&[], None))?;
-    expect_invalid("start with y quantities", up.start(&[&u], Some(&[&v])))?;
-    expect_invalid("start with the wrong shape", up.start(&[&wrong_shape], None))?;
-    expect_invalid("wait without start", up.wait(&[&u], None))?;
-    if up.in_flight() {
-        return Err(Error::invalid("a failed start left an update in flight"));
-    }
-    up.update(&[&u], None)?;
-    tile.verify(&u, 0.0)?;
-    // Rank 0 errs while its neighbours' messages to it are already posted.
-    if tile.me == 0 {
-        expect_invalid("start with two quantities on rank 0", up.start(&[&u, &v], None))?;
-    }
-    up.start(&[&v], None)?;
-    expect_invalid("wait with two quantities", up.wait(&[&v, &u], None))?;
-    if !up.in_flight() {
-        return Err(Error::invalid("a refused wait dropped the update in flight"));
-    }
-    up.wait(&[&v], None)?;
-    tile.verify(&v, 0.5)?;
-    // Dropped in flight: the messages complete first, and a new updater works.
-    up.start(&[&u], None)?;
-    drop(up);
-    let w = tile.array(b, 0.25)?;
-    HaloUpdater::<B, f64>::new(b, comm, &tile.part, spec, None, "errors")?.update(&[&w], None)?;
-    tile.verify(&w, 0.25)
-}
-
-/// Two updaters with messages of equal sizes, created and started in opposite orders on
-/// neighbouring ranks and in flight at once, each completed in the other order: every message reaches
-/// its own updater (tags depend on the name, not on creation order). A second updater of
-/// a name alive on the communicator is refused; once the first is dropped it is not.
+/// Two updaters with messages of equal sizes, started in opposite orders on neighbouring
+/// ranks and in flight at once, each completed in the other order: every message reaches
+/// its own updater (tags depend on the name, not on the order of the calls). A second
+/// updater of a name alive on the communicator is refused (on every rank: `new` is
+/// collective); once the first is dropped it is not.
 fn tags_case<B: Kernels>(b: &B, comm: &SimpleCommunicator, layout: (usize, usize)) -> Result<()> {
     let tile = Tile::new(comm, layout, true)?;
-    let (u, v) = (tile.array(b, 0.0)?, tile.array(b, 0.5)?);
+    let (mut u, mut v) = (tile.array(b, 0.0)?, tile.array(b, 0.5)?);
     let spec = std::slice::from_ref(&tile.spec);
     let make = |name: &str| HaloUpdater::<B, f64>::new(b, comm, &tile.part, spec, None, name);
-    let (mut first, mut second) = if tile.me % 2 == 0 {
-        let f = make("first")?;
-        (f, make("second")?)
-    } else {
-        let s = make("second")?;
-        (make("first")?, s)
-    };
+    let (mut first, mut second) = (make("first")?, make("second")?);
     if first.tags().iter().any(|t| second.tags().iter().any(|o| o.1 == t.1 && o.0 == t.0)) {
         return Err(Error::invalid("two updaters share a tag"));
     }
     expect_invalid("a second live updater named first", make("first").map(drop))?;
-    // Started in opposite orders too: with one tag for both, MPI would pair one rank's
-    // first message with its neighbour's second receive.
-    if tile.me % 2 == 0 {
-        first.start(&[&u], None)?;
-        second.start(&[&v], None)?;
+    // Started in opposite orders: with one tag for both, MPI would pair one rank's first
+    // message with its neighbour's second receive.
+    let (mut qu, mut qv) = ([&mut u], [&mut v]);
+    let (first_update, second_update) = if tile.me % 2 == 0 {
+        let f = first.start(&mut qu, None)?;
+        (f, second.start(&mut qv, None)?)
     } else {
-        second.start(&[&v], None)?;
-        first.start(&[&u], None)?;
-    }
-    second.wait(&[&v], None)?;
-    first.wait(&[&u], None)?;
+        let s = second.start(&mut qv, None)?;
+        (first.start(&mut qu, None)?, s)
+    };
+    second_update.wait()?;
+    first_update.wait()?;
     tile.verify(&u, 0.0)?;
     tile.verify(&v, 0.5)?;
     drop(first);
-    let w = tile.array(b, 0.75)?;
-    make("first")?.update(&[&w], None)?;
+    let mut w = tile.array(b, 0.75)?;
+    make("first")?.update(&mut [&mut w], None)?;
     tile.verify(&w, 0.75)
 }
 
@@ -298,7 +224,7 @@ fn tags_case<B: Kernels>(b: &B, comm: &SimpleCommunicator, layout: (usize, usize
 /// flight; an updater owning its communicator works, and dropping it releases its claim.
 fn comms_case<B: Kernels>(b: &B, comm: &SimpleCommunicator, layout: (usize, usize)) -> Result<()> {
     let tile = Tile::new(comm, layout, true)?;
-    let (u, v, w) = (tile.array(b, 0.0)?, tile.array(b, 0.5)?, tile.array(b, 0.75)?);
+    let (mut u, mut v, mut w) = (tile.array(b, 0.0)?, tile.array(b, 0.5)?, tile.array(b, 0.75)?);
     let spec = std::slice::from_ref(&tile.spec);
     let mut first = HaloUpdater::<B, f64>::new(b, comm, &tile.part, spec, None, "same")?;
     let dup = comm.duplicate();
@@ -309,21 +235,21 @@ fn comms_case<B: Kernels>(b: &B, comm: &SimpleCommunicator, layout: (usize, usiz
     expect_invalid("a second updater named same on the duplicate", {
         HaloUpdater::<B, f64>::new(b, &dup, &tile.part, spec, None, "same").map(drop)
     })?;
-    first.start(&[&u], None)?;
-    other.start(&[&v], None)?;
-    other.wait(&[&v], None)?;
-    first.wait(&[&u], None)?;
+    let (mut qu, mut qv) = ([&mut u], [&mut v]);
+    let first_update = first.start(&mut qu, None)?;
+    other.start(&mut qv, None)?.wait()?;
+    first_update.wait()?;
     tile.verify(&u, 0.0)?;
     tile.verify(&v, 0.5)?;
     drop(other);
     let mut owned: HaloUpdater<'static, B, f64> =
         HaloUpdater::new(b, comm.duplicate(), &tile.part, spec, None, "same")?;
-    owned.update(&[&w], None)?;
+    owned.update(&mut [&mut w], None)?;
     tile.verify(&w, 0.75)?;
     drop(owned);
     let again = comm.duplicate();
-    let z = tile.array(b, 0.125)?;
-    HaloUpdater::<B, f64>::new(b, &again, &tile.part, spec, None, "same")?.update(&[&z], None)?;
+    let mut z = tile.array(b, 0.125)?;
+    HaloUpdater::<B, f64>::new(b, &again, &tile.part, spec, None, "same")?.update(&mut [&mut z], None)?;
     tile.verify(&z, 0.125)
 }
 
@@ -348,7 +274,7 @@ fn cube_case<B: Kernels>(b: &B, comm: &SimpleCommunicator, mode: Mode) -> Result
     };
     let (sx, sy, ss) = (0.0, 0.5, 0.25);
     let field = |salt: f64| mode.place(b, me, NDBuffer::from_ndarray(b, face_field(salt, me).view())?);
-    let (ux, uy, s) = (field(sx)?, field(sy)?, field(ss)?);
+    let (mut ux, mut uy, mut s) = (field(sx)?, field(sy)?, field(ss)?);
     let one = std::slice::from_ref(&spec);
     let make = |y: Option<&[QuantityHaloSpec]>, name: &str| {
         if shared {
@@ -360,8 +286,8 @@ fn cube_case<B: Kernels>(b: &B, comm: &SimpleCommunicator, mode: Mode) -> Result
     let mut vec_up = make(Some(one), "uv")?;
     let mut sc_up = make(None, "s")?;
     for _ in 0..2 {
-        vec_up.update(&[&ux], Some(&[&uy]))?;
-        sc_up.update(&[&s], None)?;
+        vec_up.update(&mut [&mut ux], Some(&mut [&mut uy]))?;
+        sc_up.update(&mut [&mut s], None)?;
     }
     expect_copied(&vec_up, me, mode, 2)?;
     expect_copied(&sc_up, me, mode, 2)?;
@@ -396,6 +322,23 @@ fn cube_case<B: Kernels>(b: &B, comm: &SimpleCommunicator, mode: Mode) -> Result
         }
     }
     Ok(())
+}
+
+/// Specs that disagree between ranks (both constructors), and writes to node-shared
+/// fields during one-copy updates.
+fn shared_memory_cases<B: Kernels>(
+    b: &B,
+    world: &SimpleCommunicator,
+    layout: (usize, usize),
+    results: &mut Vec<(String, Result<()>)>,
+) {
+    let (tag, name) = (B::KIND.name(), format!("tile {}x{}", layout.0, layout.1));
+    for (how, shared) in [("", false), (" on node", true)] {
+        let r = mismatch::mismatch_case(b, world, layout, shared);
+        results.push((format!("{tag} {name} mismatched specs{how}"), r));
+    }
+    results.push((format!("{tag} {name} node field with a clone"), held::clone_case(b, world, layout)));
+    results.push((format!("{tag} {name} node field leaked update"), held::leak_case(b, world, layout)));
 }
 
 fn run_all<B: Kernels>(b: &B, world: &SimpleCommunicator, results: &mut Vec<(String, Result<()>)>) {
@@ -434,6 +377,7 @@ fn run_all<B: Kernels>(b: &B, world: &SimpleCommunicator, results: &mut Vec<(Str
                 results.push((format!("{tag} tile 2x2 periodic {mode:?} memory"), r));
             }
             results.push((format!("{tag} tile 2x2 errors"), errors_case(b, world, (2, 2))));
+            shared_memory_cases(b, world, (2, 2), results);
             results.push((format!("{tag} tile 2x2 tags"), tags_case(b, world, (2, 2))));
             results.push((format!("{tag} tile 2x2 communicators"), comms_case(b, world, (2, 2))));
             // Two independent 1x2 periodic decompositions: each rank's west and east
@@ -456,6 +400,7 @@ fn run_all<B: Kernels>(b: &B, world: &SimpleCommunicator, results: &mut Vec<(Str
             results.push((format!("{tag} cubed sphere 1x1 node memory"), cube_case(b, world, Mode::Node)));
             results.push((format!("{tag} cubed sphere 1x1 mixed memory"), cube_case(b, world, Mode::Mixed)));
             results.push((format!("{tag} tile 2x3 errors"), errors_case(b, world, (2, 3))));
+            shared_memory_cases(b, world, (2, 3), results);
             results.push((format!("{tag} tile 2x3 tags"), tags_case(b, world, (2, 3))));
             results.push((format!("{tag} tile 2x3 communicators"), comms_case(b, world, (2, 3))));
         }

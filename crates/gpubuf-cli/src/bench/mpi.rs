@@ -133,17 +133,17 @@ impl BackendVisitor for Run<'_> {
             let n = if opts.quick { n / 4 } else { n };
             let spec =
                 QuantityHaloSpec::centered(&[Dim::X, Dim::Y, Dim::Z], &[n, n, nz], N_HALO, 0, DType::F64)?;
-            let fields: Vec<NDBuffer<B, f64>> = (0..6)
+            let mut fields: Vec<NDBuffer<B, f64>> = (0..6)
                 .map(|k| NDBuffer::create(&b, &spec.shape, Order::C, Some(k as f64 + 0.5)))
                 .collect::<Result<_>>()?;
             // The same fields in node-shared memory (on the CPU backend), which `on_node`
             // updaters copy halos straight out of.
-            let node: Vec<NDBuffer<B, f64>> = (0..6)
+            let mut node: Vec<NDBuffer<B, f64>> = (0..6)
                 .map(|k| node_buffer(&b, &spec.shape, Order::C, Some(k as f64 + 0.5)))
                 .collect::<Result<_>>()?;
             let scalars4 = vec![spec.clone(); 4];
             let one = std::slice::from_ref(&spec);
-            // Collective (`on_node`) and local (`new`) constructors, in the same order on
+            // Collective constructors (`on_node` and `new`), in the same order on
             // every rank; dropped in the same order too.
             let mut scalar = HaloUpdater::<B, f64>::on_node(
                 &b,
@@ -165,35 +165,40 @@ impl BackendVisitor for Run<'_> {
                 HaloUpdater::<B, f64>::new(&b, world, &*part, &scalars4, None, &format!("bench-{name}-sm"))?;
             let mut vector_mp =
                 HaloUpdater::<B, f64>::new(&b, world, &*part, one, Some(one), &format!("bench-{name}-vm"))?;
-            let plain: Vec<&NDBuffer<B, f64>> = fields.iter().collect();
-            let shared: Vec<&NDBuffer<B, f64>> = node.iter().collect();
+            // Borrowed exclusively by the updates: `on_node` copies straight from the
+            // node-shared fields only when nothing else can write them meanwhile.
+            let mut plain: Vec<&mut NDBuffer<B, f64>> = fields.iter_mut().collect();
+            let mut shared: Vec<&mut NDBuffer<B, f64>> = node.iter_mut().collect();
             let kinds =
                 [("scalar", &mut scalar, &mut scalar_mp, 4usize), ("vector", &mut vector, &mut vector_mp, 2)];
             for (kind, up, up_mp, count) in kinds {
                 let links = up.message_bytes();
                 let send: Vec<Vec<u8>> = links.iter().map(|&(_, bytes)| vec![1u8; bytes]).collect();
                 let mut recv: Vec<Vec<u8>> = links.iter().map(|&(_, bytes)| vec![0u8; bytes]).collect();
-                let timed =
-                    |up: &mut HaloUpdater<'_, B, f64>, f: &[&NDBuffer<B, f64>]| -> Result<(f64, Phases)> {
-                        let mut calls = 0usize;
-                        let secs = mean_secs(world, opts.reps, || {
-                            pb.inc(1);
-                            if calls == 2 {
-                                // The breakdown counts the timed updates, not the two warm-ups.
-                                up.reset_phases();
-                            }
-                            calls += 1;
-                            if count == 4 {
-                                up.update(&f[..4], None)
-                            } else {
-                                up.update(&f[4..5], Some(&f[5..6]))
-                            }
-                        })?;
-                        Ok((slowest(world, secs), up.phases()))
-                    };
-                let (secs, phases) = timed(up, &shared)?;
-                let (secs_win, _) = timed(up, &plain)?;
-                let (secs_mp, phases_mp) = timed(up_mp, &plain)?;
+                let timed = |up: &mut HaloUpdater<'_, B, f64>,
+                             f: &mut [&mut NDBuffer<B, f64>]|
+                 -> Result<(f64, Phases)> {
+                    let mut calls = 0usize;
+                    let secs = mean_secs(world, opts.reps, || {
+                        pb.inc(1);
+                        if calls == 2 {
+                            // The breakdown counts the timed updates, not the two warm-ups.
+                            up.reset_phases();
+                        }
+                        calls += 1;
+                        let (scalars, vectors) = f.split_at_mut(4);
+                        if count == 4 {
+                            up.update(scalars, None)
+                        } else {
+                            let (x, y) = vectors.split_at_mut(1);
+                            up.update(x, Some(y))
+                        }
+                    })?;
+                    Ok((slowest(world, secs), up.phases()))
+                };
+                let (secs, phases) = timed(up, &mut shared)?;
+                let (secs_win, _) = timed(up, &mut plain)?;
+                let (secs_mp, phases_mp) = timed(up_mp, &mut plain)?;
                 let mut split = [0.0f64; 2];
                 let mut runs = 0usize;
                 let raw = mean_secs(world, opts.reps, || {

@@ -64,7 +64,10 @@ impl<B: Kernels, T: Element> HaloUpdater<'_, B, T> {
     pub fn neighbors(&self) -> Vec<usize> {
         self.links.iter().map(|l| l.rank).collect()
     }
-    /// Whether an update was started and not yet completed by a successful `wait`.
+    /// Whether an update is in flight outside a [`crate::HaloUpdate`]: one whose
+    /// `HaloUpdate` was leaked (`std::mem::forget`), completed by the next
+    /// [`HaloUpdater::start`] or when the updater drops. (While a `HaloUpdate` lives, it
+    /// borrows the updater.)
     pub fn in_flight(&self) -> bool {
         self.in_flight.is_some()
     }

@@ -24,29 +24,40 @@ impl<'c, B: Kernels, T: Element> HaloUpdater<'c, B, T> {
     ///   for Open MPI's single-copy transport; settled per link when the updater is made):
     ///   the sender's note names its quantities, and the receiver copies its halo straight
     ///   out of them (the sender's pack plan composed with the receiver's unpack plan, row
-    ///   by row), then returns a credit. The sender's [`HaloUpdater::wait`] returns only
-    ///   after every such neighbour's credit, so **the quantities must not be written
-    ///   between `start` and the end of `wait`**: the neighbours read them meanwhile.
+    ///   by row), then returns a credit. The sender's [`HaloUpdate::wait`] returns only
+    ///   after every such neighbour's credit: the neighbours read the quantities until then.
     /// * **Two copies** otherwise: each rank's receive slots lie in an
     ///   `MPI_Win_allocate_shared` window of the node, the sender packs straight into the
     ///   receiver's slot and sends a note, and the receiver unpacks straight from its
     ///   slot, then returns a credit (on a duplicate of the communicator) that the sender
     ///   waits for before it packs into that slot again.
     ///
-    /// The sender picks the way per update (its quantities decide), so both kinds of
-    /// quantities work with the same updater. Message passing ([`HaloUpdater::new`]) moves
-    /// the bytes three times (pack, MPI's copy, unpack). Links to other nodes, and every link
-    /// of a backend whose memory is not host memory, pass messages as [`HaloUpdater::new`]
-    /// does.
+    /// The sender picks the way per update, so both kinds of quantities work with the same
+    /// updater. It copies in one only when nothing but the update can write its quantities
+    /// meanwhile: [`HaloUpdater::start`] borrows them exclusively until the update
+    /// completes, and the one-copy way is taken only when each quantity's memory is
+    /// reachable through no other array handle (no clone, view or `Arc` of it lives
+    /// elsewhere); otherwise the update packs into the slot, where the quantities are read
+    /// only inside `start`. While a one-copy update is in flight the updater holds the
+    /// quantities themselves, and the caller's handles are empty placeholders (seen only
+    /// if the [`HaloUpdate`] is leaked: see there). Message passing ([`HaloUpdater::new`])
+    /// moves the bytes three times (pack, MPI's copy, unpack). Links to other nodes, and
+    /// every link of a backend whose memory is not host memory, pass messages as
+    /// [`HaloUpdater::new`] does.
     ///
     /// **Collective** over `comm`: every rank calls it (in the same order relative to other
     /// collective calls), and dropping the updater is collective over the node's ranks
     /// (the window is freed with `MPI_Win_free`): drop the updaters in the same order on
-    /// every rank. An error on some ranks only (a tag clash with a live updater there)
-    /// leaves the others waiting in the collective calls.
+    /// every rank. Specs that disagree between ranks, or an error of this rank's own, are
+    /// an error on every rank before any window is made (as for [`HaloUpdater::new`]); an
+    /// MPI error making the window on some ranks only leaves the others waiting in the
+    /// collective calls.
     ///
     /// # Errors
     /// As [`HaloUpdater::new`]; MPI errors making the window.
+    ///
+    /// [`HaloUpdate`]: crate::HaloUpdate
+    /// [`HaloUpdate::wait`]: crate::HaloUpdate::wait
     pub fn on_node(
         backend: &B,
         comm: impl Into<Comm<'c>>,
@@ -101,24 +112,24 @@ fn words(bytes: &[u8]) -> Vec<u64> {
 }
 
 /// Waits for the credit of link `k`'s previous message (the neighbour is done with it),
-/// then writes this update's note: a direct note naming the quantities when they are
-/// node-shared memory and the neighbour can map it (`Ok(true)`: the neighbour copies from
-/// them, and the update completes only after its credit), else packs into the
-/// neighbour's slot (`Ok(false)`). Starts the receive of the credit. The caller then
-/// starts the note's send.
+/// then writes this update's note: a direct note naming the quantities when `exclusive`
+/// (nothing but this update reaches them until it completes), they are node-shared memory
+/// and the neighbour can map it (`Ok(true)`: the neighbour copies from them, and the update
+/// completes only after its credit), else packs into the neighbour's slot (`Ok(false)`).
+/// Starts the receive of the credit. The caller then starts the note's send.
+/// `q` holds the link's x quantities, then its y quantities.
 pub(super) fn pack<B: Kernels, T: Element>(
     link: &mut Link<B, T>,
     k: usize,
     slot: Slot,
     shared: &Shared,
     credits: &mut Requests,
-    xs: &[&NDBuffer<B, T>],
-    ys: Option<&[&NDBuffer<B, T>]>,
+    q: &[&NDBuffer<B, T>],
+    exclusive: bool,
 ) -> Result<bool> {
     credits.wait_receive(k)?;
-    let q: Vec<&NDBuffer<B, T>> = xs.iter().chain(ys.into_iter().flatten()).copied().collect();
     let plan = &link.transformer.compiled().pack;
-    let direct = if link.peer_reads { pull::note(plan, &q)? } else { None };
+    let direct = if link.peer_reads && exclusive { pull::note(plan, q)? } else { None };
     let note = match direct {
         Some(note) => note,
         None => {
@@ -129,7 +140,7 @@ pub(super) fn pack<B: Kernels, T: Element>(
             // neighbour reads it after this update's note, and returns the credit awaited
             // above once it no longer does (the first update awaits none: the slot is
             // fresh).
-            if !unsafe { hostplan::run(plan, &q, slot.peer, true)? } {
+            if !unsafe { hostplan::run(plan, q, slot.peer, true)? } {
                 return Err(outside_host());
             }
             shared.sync();
@@ -152,39 +163,38 @@ pub(super) fn pack<B: Kernels, T: Element>(
 }
 
 /// Completes link `k`'s message (its note arrived): unpacks from this rank's slot, or
-/// copies straight from the neighbour's quantities the note names, then returns the
-/// credit. The outer error leaves the message pending (nothing was read, or the slot can
-/// be unpacked again); the inner one is a failed direct copy, whose credit was returned
-/// (the halo of that neighbour may be partly written).
+/// copies straight from the neighbour's quantities the note names (into `q`, when given;
+/// `None` skips the halos), then returns the credit, whatever happened: the neighbour's
+/// update completes, and an error here (the halo of that neighbour may be partly written)
+/// is returned after it.
 pub(super) fn unpack<B: Kernels, T: Element>(
     link: &mut Link<B, T>,
     k: usize,
     slot: Slot,
     shared: &Shared,
     credits: &mut Requests,
-    xs: &[&NDBuffer<B, T>],
-    ys: Option<&[&NDBuffer<B, T>]>,
-) -> Result<Result<()>> {
-    let q: Vec<&NDBuffer<B, T>> = xs.iter().chain(ys.into_iter().flatten()).copied().collect();
+    q: Option<&[&NDBuffer<B, T>]>,
+) -> Result<()> {
     // SAFETY: this link's note receive completed, so MPI no longer writes its buffer.
     let note = words(unsafe { link.note_in.bytes() });
     fence(Ordering::SeqCst);
-    if note.first() == Some(&pull::DIRECT) {
-        let copied = copy(link, &note, &q);
-        fence(Ordering::SeqCst);
-        credits.start_send(k)?;
-        return Ok(copied);
-    }
-    shared.sync();
-    // SAFETY: `slot.own` is this rank's slot of `link.bytes` bytes for the neighbour's
-    // message, 64-byte aligned, in the window `shared` keeps mapped; the neighbour wrote it
-    // before its note arrived and writes it again only after the credit below.
-    if !unsafe { hostplan::run(&link.transformer.compiled().unpack, &q, slot.own, false)? } {
-        return Err(outside_host());
-    }
-    shared.sync();
+    let done = match q {
+        None => Ok(()),
+        Some(q) if note.first() == Some(&pull::DIRECT) => copy(link, &note, q),
+        Some(q) => {
+            shared.sync();
+            // SAFETY: `slot.own` is this rank's slot of `link.bytes` bytes for the
+            // neighbour's message, 64-byte aligned, in the window `shared` keeps mapped; the
+            // neighbour wrote it before its note arrived and writes it again only after the
+            // credit below.
+            let run = unsafe { hostplan::run(&link.transformer.compiled().unpack, q, slot.own, false) };
+            shared.sync();
+            run.and_then(|moved| if moved { Ok(()) } else { Err(outside_host()) })
+        }
+    };
+    fence(Ordering::SeqCst);
     credits.start_send(k)?;
-    Ok(Ok(()))
+    done
 }
 
 /// The direct copy of a note: the neighbour's quantities it names, mapped, into this
@@ -200,7 +210,9 @@ fn copy<B: Kernels, T: Element>(link: &mut Link<B, T>, note: &[u64], q: &[&NDBuf
         // SAFETY: each source is a read-only mapping of the neighbour's node-shared
         // memory, holding the elements the runs read (checked by `sources`); the
         // neighbour writes none of them until this rank's credit (its update waits for
-        // it), and the mappings live in `link.maps` for the call. Each destination is this
+        // it, and sends a direct note only for quantities its updater holds the only
+        // handles of, see `exclusive` in `flight.rs`), and the mappings live in
+        // `link.maps` for the call. Each destination is this
         // rank's quantity, locked for the call, holding the unpack plan's source length
         // (checked by `with_quantities`); the neighbour is another process (`agree`
         // never lets a rank read itself), so its segments are not this rank's memory.
