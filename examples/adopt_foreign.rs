@@ -57,7 +57,9 @@ fn opencl() -> Result<String> {
         )
     }
     .map_err(|e| gpubuf::Error::invalid(format!("clCreateBuffer: {e}")))?;
-    let memory = cl.adopt_buffer(foreign)?; // the reference is gpubuf's now
+    // SAFETY: `foreign` holds the reference clCreateBuffer returned, handed over here: it
+    // is gpubuf's now, released when the last view drops.
+    let memory = unsafe { cl.adopt_buffer(foreign) }?;
     let nd =
         NDBuffer::from_buffer(gpubuf::Buffer::from_memory(&cl, memory), &[ROWS, COLS], gpubuf::Order::C)?;
     Ok(format!("a cl_mem adopted on {}; row 2 sums to {}", gpubuf::Backend::info(&cl).name, work(nd)?))

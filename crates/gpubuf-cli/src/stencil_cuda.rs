@@ -78,20 +78,14 @@ mod tests {
         }
         let ptx = gpubuf::cuda::compile_user_ptx(SOURCE, OPTIONS).expect("the stencil compiles");
         let sig = Signature::find(&ptx, "heat_step").expect("an extern \"C\" entry");
-        let b64 = ParamKind::Bits64 { pointer: false };
+        let pointers =
+            gpubuf::cuda::nvrtc::declared_pointers(SOURCE, OPTIONS, &ptx).expect("declarations read");
+        let sig = sig.with_pointers(&pointers["heat_step"]).expect("one flag per parameter");
+        let (ptr, int) = (ParamKind::Pointer, ParamKind::Int64);
         let kinds: Vec<ParamKind> = sig.params.iter().map(|p| p.kind.clone()).collect();
         assert_eq!(
             kinds,
-            [
-                b64.clone(),
-                b64.clone(),
-                b64.clone(),
-                b64.clone(),
-                b64.clone(),
-                b64,
-                ParamKind::F64,
-                ParamKind::F64
-            ]
+            [ptr.clone(), int.clone(), ptr, int.clone(), int.clone(), int, ParamKind::F64, ParamKind::F64]
         );
         let body = &ptx[ptx.find(".entry heat_step").unwrap_or(0)..];
         assert!(!body.contains("fma.rn"), "no fused multiply-add");

@@ -23,14 +23,17 @@ impl CudaBackend {
     /// never overtakes a gpubuf copy or kernel. Work the caller queues on other streams
     /// against the buffer is the caller's to order (see [`crate::interop`]).
     ///
+    /// A slice over memory gpubuf frees already (its own allocations, slices adopted
+    /// before: a `CudaSlice` made with cudarc's `upgrade_device_ptr` over a gpubuf pointer)
+    /// is refused, and leaked rather than dropped: dropping it would free gpubuf's memory.
+    ///
     /// # Errors
-    /// [`Error::DeviceMismatch`] when the slice belongs to another context;
-    /// [`Error::InvalidArgument`] when its byte length overflows; driver errors of the join.
-    /// The slice is dropped (freed by cudarc) on an error.
+    /// [`Error::InvalidArgument`] when the slice overlaps memory gpubuf owns (the slice is
+    /// then leaked with `CudaSlice::leak`, never freed) or its byte length overflows;
+    /// [`Error::DeviceMismatch`] when the slice belongs to another context; driver errors
+    /// of the join. Except for memory gpubuf owns, the slice is dropped (freed by cudarc)
+    /// on an error.
     pub fn adopt_slice<T: 'static>(&self, slice: CudaSlice<T>) -> Result<Buffer<CudaBackend>> {
-        if slice.context().cu_ctx() != self.inner.ctx.cu_ctx() {
-            return Err(Error::DeviceMismatch("the slice belongs to another CUDA context".into()));
-        }
         let bytes = slice
             .len()
             .checked_mul(std::mem::size_of::<T>())
@@ -40,6 +43,29 @@ impl CudaBackend {
             let (ptr, _record) = slice.device_ptr(&stream);
             ptr
         };
+        // First, whatever the context: a slice over gpubuf's memory must never be dropped.
+        if !crate::owned::claim(ptr, bytes) {
+            slice.leak(); // the memory is gpubuf's to free, not this slice's
+            return Err(crate::owned::already_owned("device memory"));
+        }
+        let joined = if slice.context().cu_ctx() != self.inner.ctx.cu_ctx() {
+            Err(Error::DeviceMismatch("the slice belongs to another CUDA context".into()))
+        } else {
+            self.join_slice(&stream)
+        };
+        if let Err(e) = joined {
+            crate::owned::forget(ptr, bytes); // the caller's memory again: the slice frees it
+            return Err(e);
+        }
+        let owner = Owner::Slice { slice: Box::new(slice), stream };
+        let memory =
+            CudaMemory::new(ptr, bytes, owner, self.inner.ctx.clone(), self.inner.streams.clone(), None);
+        Ok(Buffer::from_memory(self, memory))
+    }
+
+    /// Makes gpubuf's default stream wait for the work queued so far on an adopted slice's
+    /// stream.
+    fn join_slice(&self, stream: &cudarc::driver::CudaStream) -> Result<()> {
         let written = stream.record_event(None).map_err(|e| driver(e, "cuEventRecord"))?;
         self.bind()?;
         // SAFETY: a live gpubuf stream and a live event of this context.
@@ -50,11 +76,7 @@ impl CudaBackend {
                 CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT,
             )
         }
-        .map_err(|e| driver(e, "cuStreamWaitEvent"))?;
-        let owner = Owner::Slice { slice: Box::new(slice), stream };
-        let memory =
-            CudaMemory::new(ptr, bytes, owner, self.inner.ctx.clone(), self.inner.streams.clone(), None);
-        Ok(Buffer::from_memory(self, memory))
+        .map_err(|e| driver(e, "cuStreamWaitEvent"))
     }
 
     /// Adopts `bytes` bytes of device memory at `ptr` that something else owns: the
@@ -66,7 +88,10 @@ impl CudaBackend {
     /// # Safety
     /// * `ptr .. ptr + bytes` is device memory of this backend's device, readable and
     ///   writable from its context, and stays so until `guard` is dropped.
-    /// * Nothing frees, reallocates or reuses the memory while `guard` is alive.
+    /// * Nothing frees, reallocates or reuses the memory while `guard` is alive. The memory
+    ///   may be gpubuf's own (a DLPack or `__cuda_array_interface__` export of a gpubuf
+    ///   array coming back): then `guard` keeps that gpubuf buffer alive. gpubuf never frees
+    ///   an adopted pointer, so this is the one adoption that takes gpubuf memory.
     /// * Foreign work that writes the memory before gpubuf reads it, or reads it while gpubuf
     ///   may write it, is ordered with gpubuf's streams by events (wrap the foreign event
     ///   with [`crate::CudaEvent::from_raw`] and join it with

@@ -162,6 +162,7 @@ fn new_stream(ctx: &Arc<CudaContext>, streams: &Arc<StreamSet>) -> Result<CudaSt
         .map_err(|e| driver(e, "cuStreamCreate"))?;
     let id = next_stream_id();
     // The owner destroys the stream (and takes it out of the set) on every path below.
+    crate::owned::claim_stream(raw);
     let owner = Arc::new(OwnedStream { raw, id, ctx: ctx.clone(), streams: streams.clone(), cudarc: None });
     streams.register(id, raw)?;
     Ok(CudaStream { raw, id, owner })

@@ -10,7 +10,10 @@
 //! is [`crate::CudaBackend::context`]. Handles taken in say who releases them:
 //! [`CudaBackend::stream_from_cudarc`] keeps the cudarc `Arc` (cudarc destroys its stream),
 //! [`CudaEvent::from_cudarc`] takes the cudarc event over, [`CudaEvent::from_raw`] borrows or
-//! takes over a raw `CUevent` as the caller states.
+//! takes over a raw `CUevent` as the caller states. What gpubuf owns is never taken over a
+//! second time: [`CudaBackend::adopt_slice`] refuses a cudarc slice over memory gpubuf frees
+//! (and leaks it rather than free it), [`CudaBackend::stream_from_cudarc`] a cudarc wrapper
+//! of a stream gpubuf created.
 //!
 //! # Ordering
 //! gpubuf allocates stream-ordered on the stream that asked for the memory (its *home*: the
@@ -94,11 +97,21 @@ impl CudaBackend {
     /// other streams; the caller's own work on it must wait for a new buffer's allocation
     /// as the module docs say.
     ///
+    /// A cudarc wrapper over a stream gpubuf created (from
+    /// [`CudaStream::borrow_as_cudarc`] or cudarc's `wrap_borrowed_stream`) is refused: the
+    /// new stream would keep it past the gpubuf stream's last clone, which destroys the
+    /// handle. Clone the gpubuf stream instead.
+    ///
     /// # Errors
-    /// [`Error::DeviceMismatch`] for a stream of another context.
+    /// [`Error::DeviceMismatch`] for a stream of another context;
+    /// [`Error::InvalidArgument`] for a stream gpubuf created. The caller's `Arc` is
+    /// dropped on an error (a borrowed wrapper destroys nothing).
     pub fn stream_from_cudarc(&self, stream: Arc<cudarc::driver::CudaStream>) -> Result<CudaStream> {
         if stream.context().cu_ctx() != self.inner.ctx.cu_ctx() {
             return Err(Error::DeviceMismatch("the stream belongs to another CUDA context".into()));
+        }
+        if crate::owned::owns_stream(stream.cu_stream()) {
+            return Err(crate::owned::already_owned("stream"));
         }
         let raw = stream.cu_stream();
         let id = next_stream_id();
@@ -147,7 +160,9 @@ impl CudaEvent {
     /// # Safety
     /// * `raw` is a live event of `backend`'s context.
     /// * Borrowed (`owned == false`): it stays alive while the returned value lives.
-    /// * Owned: nothing else destroys it.
+    /// * Owned: nothing else destroys it: not the caller, not a cudarc `CudaEvent`, and not
+    ///   a gpubuf [`CudaEvent`] ([`CudaEvent::raw`] of a gpubuf event is borrowed; wrap it
+    ///   with `owned == false`, and only while that event lives).
     pub unsafe fn from_raw(backend: &CudaBackend, raw: CUevent, owned: bool) -> CudaEvent {
         CudaEvent { raw, ctx: backend.inner.ctx.clone(), owned, _cudarc: None }
     }

@@ -34,6 +34,7 @@ mod kernels;
 mod memory;
 pub mod nvrtc;
 mod order;
+mod owned;
 pub mod program;
 pub mod ptx;
 mod staging;

@@ -62,6 +62,11 @@ impl CudaMemory {
         ready: Option<Ready>,
     ) -> Self {
         let owner = if len == 0 && matches!(owner, Owner::Gpubuf { .. }) { Owner::Nothing } else { owner };
+        if matches!(owner, Owner::Gpubuf { .. }) {
+            // Fresh from the driver: no live gpubuf range can overlap it. (Adopted slices
+            // are claimed by `adopt_slice` itself, which refuses overlaps.)
+            crate::owned::claim(ptr, len);
+        }
         CudaMemory { ptr, len, owner, ordinal: ctx.ordinal(), ctx, ready, streams }
     }
 
@@ -167,6 +172,10 @@ impl Drop for CudaMemory {
         if matches!(owner, Owner::Nothing) {
             return;
         }
+        if matches!(owner, Owner::Gpubuf { .. } | Owner::Slice { .. }) {
+            // Before the free: the range may come back from the driver right after it.
+            crate::owned::forget(self.ptr, self.len);
+        }
         let _ = self.ctx.bind_to_thread();
         match owner {
             Owner::Nothing => {}
@@ -191,8 +200,20 @@ impl Drop for CudaMemory {
                 }
             }
             Owner::Gpubuf { home: None } => {
-                // SAFETY: `ptr` came from `cuMemAlloc` and is freed once; `cuMemFree` waits
-                // for the device's work before it releases the memory.
+                // The host waits for the work queued so far on every gpubuf stream of the
+                // context (each may have used the memory), so the free is ordered after it
+                // whatever `cuMemFree` itself waits for.
+                if let Err(e) = self.streams.wait_host() {
+                    tracing::warn!(
+                        "waiting before a free failed, synchronising: {}",
+                        driver(e, "cuEventSynchronize")
+                    );
+                    let _ = self.ctx.synchronize();
+                }
+                // SAFETY: `ptr` came from `cuMemAlloc` and is freed once, after every gpubuf
+                // operation queued on any stream of the context before this drop completed
+                // (the wait above, or the synchronisation). No gpubuf operation can be
+                // queued later: this was the last reference.
                 if let Err(e) = unsafe { result::free_sync(self.ptr) } {
                     tracing::warn!("freeing CUDA memory failed: {}", driver(e, "cuMemFree"));
                 }
@@ -270,6 +291,7 @@ impl Drop for OwnedStream {
         if self.cudarc.is_some() {
             return; // cudarc's wrapper destroys the stream if it owns it
         }
+        crate::owned::forget_stream(self.raw);
         // SAFETY: created by `stream::create`, destroyed once; queued work still completes.
         let _ = unsafe { result::stream::destroy(self.raw) };
     }

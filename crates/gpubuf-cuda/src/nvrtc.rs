@@ -1,8 +1,10 @@
 //! CUDA C user programs compiled to PTX by NVRTC, with the caller's options (no GPU needed).
 
 use crate::device::nvrtc_available;
+use crate::ptx::ParamKind;
 use cudarc::nvrtc::result as nv;
 use gpubuf_core::{BackendKind, Error, Result};
+use std::collections::HashMap;
 use std::ffi::{c_char, CString};
 
 /// The option added unless the caller's options name `fmad`: no fused multiply-add
@@ -40,15 +42,20 @@ pub fn compile_user_ptx(source: &str, options: &str) -> Result<String> {
         .map_err(|e| Error::invalid(format!("CUDA source holds a NUL byte at {}", e.nul_position())))?;
     nvrtc_available()?;
     let _span = tracing::debug_span!("cuda.user_nvrtc", bytes = source.len()).entered();
+    compile(&src, &opts)
+}
+
+/// Compiles a C string with NVRTC.
+fn compile(src: &CString, opts: &[String]) -> Result<String> {
     let build = |log: String| Error::Build { backend: BackendKind::Cuda, log };
-    let prog = nv::create_program(&src, Some(c"user.cu"))
-        .map_err(|e| build(format!("nvrtcCreateProgram: {e:?}")))?;
+    let prog =
+        nv::create_program(src, Some(c"user.cu")).map_err(|e| build(format!("nvrtcCreateProgram: {e:?}")))?;
     let program = Program(prog);
     // SAFETY: `prog` was created above and is destroyed once, by `program`'s drop, after
     // these calls; no option holds a NUL byte (checked by `build_options`), so cudarc's
     // C-string conversion cannot panic.
     unsafe {
-        if let Err(e) = nv::compile_program(program.0, &opts) {
+        if let Err(e) = nv::compile_program(program.0, opts) {
             let log = nv::get_program_log(program.0).map(text).unwrap_or_default();
             return Err(build(format!("{log}\n(nvrtcCompileProgram: {e:?}; options {opts:?})")));
         }
@@ -70,4 +77,137 @@ impl Drop for Program {
         // SAFETY: created by `create_program`, destroyed only here.
         let _ = unsafe { nv::destroy_program(self.0) };
     }
+}
+
+/// Type-level helpers appended to a user program to read its kernels' parameter types:
+/// `sig<decltype(kernel)>::n` is the parameter count, `sig<...>::at<S>::v` has bit `j` set
+/// when parameter `S + j` is a pointer. C++11, no headers.
+const PROBE: &str = r#"
+namespace gpubuf_sig_probe {
+template <typename T> struct is_ptr { static constexpr unsigned long long v = 0; };
+template <typename T> struct is_ptr<T*> { static constexpr unsigned long long v = 1; };
+template <unsigned S, unsigned I, typename... A> struct word { static constexpr unsigned long long v = 0; };
+template <unsigned S, unsigned I, typename H, typename... T> struct word<S, I, H, T...> {
+    static constexpr unsigned long long v =
+        ((I >= S && I - S < 64) ? (is_ptr<H>::v << ((I - S) & 63)) : 0ull) | word<S, I + 1, T...>::v;
+};
+template <typename F> struct sig;
+template <typename... A> struct sig<void(A...)> {
+    static constexpr unsigned long long n = sizeof...(A);
+    template <unsigned S> struct at { static constexpr unsigned long long v = word<S, 0, A...>::v; };
+};
+#if __cplusplus >= 201703L
+template <typename... A> struct sig<void(A...) noexcept> : sig<void(A...)> {};
+#endif
+}
+"#;
+
+/// Prefix of the variables the probe defines.
+const PROBE_VAR: &str = "gpubuf_probe_";
+
+/// Which parameters of a program's kernels the CUDA C source declares as pointers, for
+/// [`crate::ptx::Signature::with_pointers`]: kernel name to one flag per parameter.
+///
+/// PTX keeps sizes only (a `float*` and an `unsigned long long` are both `.u64`), so the
+/// source is compiled a second time with the same options and, appended, one
+/// `extern "C" __constant__` per kernel whose value the compiler computes from
+/// `decltype(kernel)` (whether each parameter type is `T*`); NVRTC writes the values into
+/// the PTX, where they are read, with no GPU. Only `extern "C"` kernels declared at file
+/// scope are read (the names found in `ptx`, the program's PTX from
+/// [`compile_user_ptx`]); a kernel with a C++ (mangled) name, or whose count of parameters
+/// does not match its PTX entry, is left out, and its 64-bit parameters stay of unknown
+/// type ([`crate::ptx::ParamKind::Bits64`]). Kernels without 64-bit parameters are not
+/// asked about.
+///
+/// # Errors
+/// [`Error::BackendUnavailable`] without NVRTC; [`Error::InvalidArgument`] for a NUL byte
+/// in the source or options or an unreadable `ptx`; [`Error::Build`] when the source with
+/// the probe does not compile (a C++ dialect before C++11, names the probe collides with).
+pub fn declared_pointers(source: &str, options: &str, ptx: &str) -> Result<HashMap<String, Vec<bool>>> {
+    let asked: Vec<(usize, crate::ptx::Signature)> = crate::ptx::entries(ptx)?
+        .into_iter()
+        .filter(|s| {
+            let c_name =
+                !s.name.starts_with("_Z") && s.name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+            c_name && s.params.iter().any(|p| matches!(p.kind, ParamKind::Bits64))
+        })
+        .enumerate()
+        .collect();
+    let mut out = HashMap::new();
+    if asked.is_empty() {
+        return Ok(out);
+    }
+    let values = match probe(source, options, &asked) {
+        Ok(values) => values,
+        // One kernel the probe cannot name (declared in a namespace, say) fails the whole
+        // compile: then each kernel is asked on its own, and those that fail stay unknown.
+        Err(Error::Build { .. }) if asked.len() > 1 => {
+            let mut values = HashMap::new();
+            for one in asked.chunks(1) {
+                values.extend(probe(source, options, one).unwrap_or_default());
+            }
+            values
+        }
+        Err(e) => return Err(e),
+    };
+    for (i, s) in asked {
+        let n = s.params.len();
+        if values.get(&format!("{i}_n")).copied() != Some(n as u64) {
+            continue; // another declaration than the entry's, or none read
+        }
+        let words: Option<Vec<u64>> =
+            (0..n.div_ceil(64)).map(|w| values.get(&format!("{i}_w{w}")).copied()).collect();
+        let Some(words) = words else { continue };
+        out.insert(s.name, (0..n).map(|j| words[j / 64] >> (j % 64) & 1 == 1).collect());
+    }
+    Ok(out)
+}
+
+/// Compiles `source` with the probe for the kernels `asked` (by their index among all
+/// those asked) and returns the probe's values.
+fn probe(
+    source: &str,
+    options: &str,
+    asked: &[(usize, crate::ptx::Signature)],
+) -> Result<HashMap<String, u64>> {
+    let mut text = format!("{source}\n{PROBE}");
+    for (i, s) in asked {
+        let (name, n) = (&s.name, s.params.len());
+        let sig = format!("gpubuf_sig_probe::sig<decltype({name})>");
+        text.push_str(&format!(
+            "extern \"C\" __constant__ unsigned long long {PROBE_VAR}{i}_n = {sig}::n;\n"
+        ));
+        for w in 0..n.div_ceil(64) {
+            text.push_str(&format!(
+                "extern \"C\" __constant__ unsigned long long {PROBE_VAR}{i}_w{w} = {sig}::at<{}>::v;\n",
+                w * 64
+            ));
+        }
+    }
+    Ok(probe_values(&compile_user_ptx(&text, options)?))
+}
+
+/// The probe's variables in a PTX module: name (without [`PROBE_VAR`]) to value. A
+/// variable without an initializer is zero.
+fn probe_values(ptx: &str) -> HashMap<String, u64> {
+    let mut out = HashMap::new();
+    for line in ptx.lines() {
+        let mut tokens = line.split_whitespace();
+        let Some(var) = tokens.find_map(|t| t.strip_prefix(PROBE_VAR)) else { continue };
+        let var = var.trim_end_matches(';');
+        let value = match line.split_once('=') {
+            None => Some(0),
+            Some((_, v)) => {
+                let v = v.trim().trim_end_matches(';').trim();
+                match v.strip_prefix("0x").or_else(|| v.strip_prefix("0X")) {
+                    Some(hex) => u64::from_str_radix(hex, 16).ok(),
+                    None => v.parse::<u64>().ok(),
+                }
+            }
+        };
+        if let Some(value) = value {
+            out.insert(var.to_string(), value);
+        }
+    }
+    out
 }

@@ -5,7 +5,11 @@
 //! argument or a 4-byte value for an 8-byte parameter is garbage or a crash.
 //! [`UserKernel::launch`] checks the arguments against the kernel's parameters as the PTX
 //! declares them ([`crate::ptx`]), the shared memory asked for, and the work sizes against
-//! the device and kernel limits; every mismatch is a typed error.
+//! the device and kernel limits; every mismatch is a typed error. A parameter the CUDA C
+//! source declares as a pointer takes gpubuf memory only, never an address given as an
+//! integer: PTX does not tell pointers from 64-bit integers, so the source's declarations
+//! are read too ([`crate::nvrtc::declared_pointers`]); [`UserKernel::launch_raw`] takes
+//! addresses, in `unsafe` code.
 //!
 //! Programs are compiled with `--fmad=false` unless the options name `fmad`
 //! ([`crate::nvrtc::build_options`]): no fused multiply-add contraction, so results match
@@ -33,20 +37,21 @@
 //! # Ok::<(), gpubuf_core::Error>(())
 //! ```
 
-use crate::error::{driver, maybe_oom};
-use crate::geometry::{geometry, Limits};
-use crate::nvrtc::compile_user_ptx;
+use crate::error::driver;
+use crate::geometry::Limits;
+use crate::nvrtc::{compile_user_ptx, declared_pointers};
 use crate::ptx::Signature;
-use crate::{CudaBackend, CudaEvent, CudaMemory, CudaStream};
-use cudarc::driver::sys::{CUdevice_attribute, CUevent_flags, CUfunction_attribute};
-use cudarc::driver::{result, CudaFunction, CudaModule};
+use crate::{CudaBackend, CudaMemory};
+use cudarc::driver::sys::{CUdevice_attribute, CUfunction_attribute};
+use cudarc::driver::{CudaFunction, CudaModule};
 use cudarc::nvrtc::Ptx;
-use gpubuf_core::kernel::{KernelArg, Launch};
+use gpubuf_core::kernel::KernelArg;
 use gpubuf_core::{Error, Result};
 use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::ffi::c_void;
 use std::sync::Arc;
+
+mod launch;
 
 /// An argument of a CUDA user kernel.
 pub type CudaArg<'a> = KernelArg<'a, CudaMemory>;
@@ -61,6 +66,9 @@ pub(crate) struct UserPrograms {
 /// cached.
 pub struct UserProgram {
     ptx: String,
+    /// Which parameters the source declares as pointers, by kernel
+    /// ([`crate::nvrtc::declared_pointers`]; empty when the source could not be read so).
+    pointers: HashMap<String, Vec<bool>>,
     module: Arc<CudaModule>,
     ctx: Arc<cudarc::driver::CudaContext>,
     kernels: Mutex<HashMap<String, UserKernel>>,
@@ -115,6 +123,12 @@ impl CudaBackend {
         }
         let ptx = compile_user_ptx(source, options)?;
         crate::ptx::entries(&ptx)?; // a module whose entries cannot be read is refused whole
+                                    // Kernels whose declarations cannot be read keep 64-bit parameters of unknown type,
+                                    // which take gpubuf memory only.
+        let pointers = declared_pointers(source, options, &ptx).unwrap_or_else(|e| {
+            tracing::debug!("the pointer parameters of a user program could not be read: {e}");
+            HashMap::new()
+        });
         let module = self
             .inner
             .ctx
@@ -122,6 +136,7 @@ impl CudaBackend {
             .map_err(|e| driver(e, "cuModuleLoadData"))?;
         let p = Arc::new(UserProgram {
             ptx,
+            pointers,
             module,
             ctx: self.inner.ctx.clone(),
             kernels: Mutex::new(HashMap::new()),
@@ -168,7 +183,10 @@ impl UserProgram {
         }
         // Found in the PTX first: the name is an entry there, so it has no NUL byte (cudarc
         // would panic making a C string of it).
-        let signature = Signature::find(&self.ptx, name)?;
+        let mut signature = Signature::find(&self.ptx, name)?;
+        if let Some(typed) = self.pointers.get(name).and_then(|p| signature.with_pointers(p).ok()) {
+            signature = typed;
+        }
         backend.bind()?;
         let function = self
             .module
@@ -217,14 +235,6 @@ impl UserProgram {
     }
 }
 
-/// A parameter value, kept in place while the driver reads it.
-enum Slot {
-    B64(u64),
-    B32(u32),
-    F32(f32),
-    F64(f64),
-}
-
 impl UserKernel {
     /// The kernel's name.
     pub fn name(&self) -> &str {
@@ -246,13 +256,28 @@ impl UserKernel {
         &self.inner.function
     }
 
-    /// Checks `args` as [`Signature::check_args`] does, and the dynamic shared memory
-    /// against the kernel's limit; returns the bytes of dynamic shared memory.
+    /// Checks `args` as [`Signature::check_args`] does (a pointer parameter takes gpubuf
+    /// memory only), and the dynamic shared memory against the kernel's limit; returns the
+    /// bytes of dynamic shared memory.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] naming the first mismatch.
     pub fn check_args(&self, args: &[CudaArg<'_>]) -> Result<usize> {
         let shared = self.inner.signature.check_args(args)?;
+        self.check_shared(shared)
+    }
+
+    /// As [`UserKernel::check_args`], with [`Signature::check_args_raw`]: pointers also
+    /// take addresses (`U64`, `I64`), as [`UserKernel::launch_raw`] does.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] naming the first mismatch.
+    pub fn check_args_raw(&self, args: &[CudaArg<'_>]) -> Result<usize> {
+        let shared = self.inner.signature.check_args_raw(args)?;
+        self.check_shared(shared)
+    }
+
+    fn check_shared(&self, shared: usize) -> Result<usize> {
         if shared > self.inner.max_dynamic_shared {
             return Err(Error::invalid(format!(
                 "kernel {} asks for {shared} bytes of dynamic shared memory, it takes at most {}",
@@ -261,100 +286,5 @@ impl UserKernel {
             )));
         }
         Ok(shared)
-    }
-
-    /// Launches the kernel on `stream` after checking the arguments ([`UserKernel::check_args`])
-    /// and the work sizes (`Launch` dimension 0 is `x`; see [`crate::geometry`]); the
-    /// returned event completes with the kernel. Memory arguments are passed as their
-    /// allocation's base address: pass a view's element offset as a separate argument
-    /// ([`crate::interop::view_parts`]).
-    ///
-    /// A buffer must stay alive until the kernel is done: gpubuf frees memory in order on
-    /// the legacy default stream, which waits for gpubuf's streams, so dropping it right
-    /// after a launch on a gpubuf stream is safe; on a non-blocking stream it is not.
-    /// gpubuf also allocates in order on the legacy default stream: a launch on a
-    /// non-blocking stream ([`CudaBackend::stream_from_cudarc`]) with such memory first makes
-    /// that stream wait for the legacy default stream, so the kernel never runs before its
-    /// buffers exist.
-    ///
-    /// # Errors
-    /// [`Error::InvalidArgument`] for arguments that do not match the kernel or work sizes
-    /// over the limits; [`Error::DeviceMismatch`] for a stream or buffer of another
-    /// context; driver errors (`OutOfMemory` when the launch runs out of resources).
-    pub fn launch(&self, stream: &CudaStream, launch: &Launch, args: &[CudaArg<'_>]) -> Result<CudaEvent> {
-        let inner = &*self.inner;
-        let shared = self.check_args(args)?;
-        let geo = geometry(launch, &inner.limits)?;
-        let ctx = inner.ctx.cu_ctx();
-        if stream.owner.ctx.cu_ctx() != ctx {
-            return Err(Error::DeviceMismatch(format!(
-                "kernel {} launched on a stream of another context",
-                self.name()
-            )));
-        }
-        let mut slots = Vec::with_capacity(args.len());
-        for (i, a) in args.iter().enumerate() {
-            slots.push(match a {
-                KernelArg::Memory(m) => {
-                    if m.ctx.cu_ctx() != ctx {
-                        return Err(Error::DeviceMismatch(format!(
-                            "argument {i} of {} is memory of another CUDA context",
-                            self.name()
-                        )));
-                    }
-                    Slot::B64(m.ptr)
-                }
-                KernelArg::U64(v) => Slot::B64(*v),
-                KernelArg::I64(v) => Slot::B64(*v as u64),
-                KernelArg::U32(v) => Slot::B32(*v),
-                KernelArg::I32(v) => Slot::B32(*v as u32),
-                KernelArg::F32(v) => Slot::F32(*v),
-                KernelArg::F64(v) => Slot::F64(*v),
-                KernelArg::Local(_) => continue,
-            });
-        }
-        let mut params: Vec<*mut c_void> = slots
-            .iter_mut()
-            .map(|s| match s {
-                Slot::B64(v) => v as *mut u64 as *mut c_void,
-                Slot::B32(v) => v as *mut u32 as *mut c_void,
-                Slot::F32(v) => v as *mut f32 as *mut c_void,
-                Slot::F64(v) => v as *mut f64 as *mut c_void,
-            })
-            .collect();
-        // Within the kernel's dynamic shared limit (an `int`), checked above.
-        let shared = u32::try_from(shared).map_err(|_| Error::invalid("shared memory size exceeds u32"))?;
-        let _span = tracing::trace_span!("cuda.user_launch", kernel = %self.name()).entered();
-        inner.ctx.bind_to_thread().map_err(|e| driver(e, "cuCtxSetCurrent"))?;
-        // Memory allocated stream-ordered on another stream is used here only after its
-        // allocation: the launch stream waits for it (a no-op once it is known done).
-        for a in args {
-            if let KernelArg::Memory(m) = a {
-                m.join_allocation(stream)?;
-            }
-        }
-        // SAFETY: check_args matched every value to its PTX parameter: one pointer per
-        // parameter, each to a value of the parameter's size (8 bytes for .u64/.s64/.b64
-        // and .f64, 4 for .u32/.s32/.b32 and .f32); `slots` outlives the call (the driver
-        // copies the values at launch); the function, stream and memory belong to this
-        // context; the grid and block are within the device's and kernel's limits, and the
-        // dynamic shared memory within the kernel's.
-        unsafe {
-            result::launch_kernel(
-                inner.function.cu_function(),
-                geo.grid,
-                geo.block,
-                shared,
-                stream.raw,
-                &mut params,
-            )
-        }
-        .map_err(|e| maybe_oom(e, &format!("cuLaunchKernel({})", self.name()), 0))?;
-        let raw = result::event::create(CUevent_flags::CU_EVENT_DISABLE_TIMING)
-            .map_err(|e| driver(e, "cuEventCreate"))?;
-        let ev = CudaEvent::created(raw, inner.ctx.clone());
-        // SAFETY: a live event and stream of this context.
-        unsafe { result::event::record(ev.raw, stream.raw) }.map_err(|e| driver(e, "cuEventRecord"))?;
-        Ok(ev)
     }
 }

@@ -7,35 +7,50 @@
 //! GPU, and checks the count and each parameter's type before a launch.
 //!
 //! PTX keeps sizes, not C types: a pointer, a `long long` and an `unsigned long long` are all
-//! `.u64` (unless declared `.ptr`), `int` and `unsigned int` are both `.u32`. The check is
-//! therefore by size and kind: a 64-bit integer parameter takes a device buffer, a `U64` or
-//! an `I64`; it cannot tell a pointer from an integer.
+//! `.u64` (unless declared `.ptr`), `int` and `unsigned int` are both `.u32`. Which 64-bit
+//! parameters are pointers is read from the CUDA C source instead
+//! ([`crate::nvrtc::declared_pointers`], applied with [`Signature::with_pointers`]): a
+//! pointer ([`ParamKind::Pointer`]) takes a device buffer only, a 64-bit integer
+//! ([`ParamKind::Int64`]) a `U64` or an `I64`. A 64-bit parameter whose C type is unknown
+//! ([`ParamKind::Bits64`], PTX alone) takes a device buffer only in
+//! [`Signature::check_args`]; [`Signature::check_args_raw`] (for the `unsafe`
+//! [`crate::UserKernel::launch_raw`]) also takes integers there and for pointers.
 //!
 //! ```
 //! use gpubuf_core::kernel::KernelArg;
 //! use gpubuf_cuda::ptx::Signature;
 //!
-//! let ptx = ".visible .entry scale(\n .param .u64 scale_param_0,\n .param .f32 scale_param_1\n)\n{ ret; }";
-//! let sig = Signature::find(ptx, "scale")?;
-//! assert_eq!(sig.params.len(), 2);
+//! let ptx = ".visible .entry scale(\n .param .u64 scale_param_0,\n .param .u64 scale_param_1,\n \
+//!            .param .f32 scale_param_2\n)\n{ ret; }";
+//! // `scale(float* x, unsigned long long n, float a)`: the source says which is the pointer.
+//! let sig = Signature::find(ptx, "scale")?.with_pointers(&[true, false, false])?;
+//! assert_eq!(sig.params.len(), 3);
 //! let memory = (); // any memory type: the check looks at the kinds only
-//! assert!(sig.check_args(&[KernelArg::Memory(&memory), KernelArg::F32(2.0)]).is_ok());
-//! assert!(sig.check_args(&[KernelArg::Memory(&memory), KernelArg::F64(2.0)]).is_err());
+//! assert!(sig.check_args(&[KernelArg::Memory(&memory), KernelArg::U64(8), KernelArg::F32(2.0)]).is_ok());
+//! assert!(sig.check_args(&[KernelArg::Memory(&memory), KernelArg::U64(8), KernelArg::F64(2.0)]).is_err());
+//! // An address given for the pointer is refused: only gpubuf memory is passed there.
+//! assert!(sig.check_args(&[KernelArg::<()>::U64(0xdead_0000), KernelArg::U64(8), KernelArg::F32(2.0)]).is_err());
 //! # Ok::<(), gpubuf_core::Error>(())
 //! ```
 
 use gpubuf_core::kernel::KernelArg;
 use gpubuf_core::{Error, Result};
 
-/// What a kernel parameter takes, from its PTX declaration.
+/// What a kernel parameter takes, from its PTX declaration (and, for 64-bit parameters,
+/// the CUDA C source's).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ParamKind {
-    /// `.u64`, `.s64` or `.b64`: a device pointer or a 64-bit integer (PTX does not tell
-    /// which). `pointer` when the declaration says `.ptr`: then only memory is taken.
-    Bits64 {
-        /// Declared with the `.ptr` attribute.
-        pointer: bool,
-    },
+    /// A 64-bit pointer: declared a pointer in the CUDA C source, or `.ptr` in the PTX.
+    /// Takes a device buffer ([`KernelArg::Memory`]) only; an address as `U64`/`I64` only
+    /// through [`Signature::check_args_raw`].
+    Pointer,
+    /// A 64-bit integer (`long long`, `unsigned long long`, `size_t`, ...), as the CUDA C
+    /// source declares it: takes `U64` or `I64`.
+    Int64,
+    /// `.u64`, `.s64` or `.b64` whose C type is unknown (read from PTX alone): a pointer or
+    /// a 64-bit integer, PTX does not tell which. Takes a device buffer only; an integer
+    /// only through [`Signature::check_args_raw`].
+    Bits64,
     /// `.u32`, `.s32` or `.b32`: an `int` or `unsigned int`.
     Bits32,
     /// `.f32`: a `float`.
@@ -182,7 +197,8 @@ fn parse_param(entry: &str, index: usize, decl: &str) -> Result<Param> {
     let name = name.ok_or_else(|| bad("no name"))?;
     let kind = match (ty.as_str(), array) {
         (_, Some(n)) => ParamKind::Bytes(n.checked_mul(type_bytes(&ty)).ok_or_else(|| bad("array size"))?),
-        (".u64" | ".s64" | ".b64", None) => ParamKind::Bits64 { pointer },
+        (".u64" | ".s64" | ".b64", None) if pointer => ParamKind::Pointer,
+        (".u64" | ".s64" | ".b64", None) => ParamKind::Bits64,
         (".u32" | ".s32" | ".b32", None) => ParamKind::Bits32,
         (".f32", None) => ParamKind::F32,
         (".f64", None) => ParamKind::F64,
@@ -216,20 +232,66 @@ impl Signature {
         }
     }
 
+    /// The signature with the C types of its 64-bit parameters: `pointers[i]` says whether
+    /// parameter `i` is declared a pointer ([`ParamKind::Pointer`]) or not
+    /// ([`ParamKind::Int64`]); other parameters are unchanged, and a `.ptr` parameter stays
+    /// a pointer. `pointers` comes from [`crate::nvrtc::declared_pointers`].
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when `pointers` does not have one entry per parameter.
+    pub fn with_pointers(&self, pointers: &[bool]) -> Result<Signature> {
+        if pointers.len() != self.params.len() {
+            return Err(Error::invalid(format!(
+                "kernel {} has {} parameters, {} pointer flags were given",
+                self.name,
+                self.params.len(),
+                pointers.len()
+            )));
+        }
+        let params = self
+            .params
+            .iter()
+            .zip(pointers)
+            .map(|(p, &is_ptr)| {
+                let kind = match p.kind {
+                    ParamKind::Bits64 | ParamKind::Int64 if is_ptr => ParamKind::Pointer,
+                    ParamKind::Bits64 => ParamKind::Int64,
+                    ref k => k.clone(),
+                };
+                Param { name: p.name.clone(), kind }
+            })
+            .collect();
+        Ok(Signature { name: self.name.clone(), params })
+    }
+
     /// Checks `args` against the parameters and returns the bytes of dynamic shared memory
     /// asked for (0 without a [`KernelArg::Local`]).
     ///
     /// `Local(bytes)` is no kernel parameter in CUDA: it sizes the kernel's
     /// `extern __shared__` array, may stand anywhere in the list and is not counted; at most
-    /// one is taken. The other arguments fill the parameters in order: a 64-bit integer
-    /// parameter takes [`KernelArg::Memory`], `U64` or `I64` (only `Memory` when declared
-    /// `.ptr`), a 32-bit one `U32` or `I32`, `.f32` `F32`, `.f64` `F64`.
+    /// one is taken. The other arguments fill the parameters in order: a pointer, or a
+    /// 64-bit parameter of unknown C type, takes [`KernelArg::Memory`] only; a 64-bit
+    /// integer `U64` or `I64`; a 32-bit one `U32` or `I32`; `.f32` `F32`; `.f64` `F64`.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] naming the parameter for a wrong count, a wrong kind, a
-    /// parameter no [`KernelArg`] fills (a struct passed by value, 8- or 16-bit types),
-    /// more than one `Local` or a `Local(0)`.
+    /// [`Error::InvalidArgument`] naming the parameter for a wrong count, a wrong kind (an
+    /// integer given for a pointer included), a parameter no [`KernelArg`] fills (a struct
+    /// passed by value, 8- or 16-bit types), more than one `Local` or a `Local(0)`.
     pub fn check_args<M>(&self, args: &[KernelArg<'_, M>]) -> Result<usize> {
+        self.check(args, false)
+    }
+
+    /// [`Signature::check_args`], except that a pointer, or a 64-bit parameter of unknown C
+    /// type, also takes `U64` and `I64`: raw device addresses, whose validity nothing
+    /// checks. For [`crate::UserKernel::launch_raw`], whose caller vouches for them.
+    ///
+    /// # Errors
+    /// As [`Signature::check_args`].
+    pub fn check_args_raw<M>(&self, args: &[KernelArg<'_, M>]) -> Result<usize> {
+        self.check(args, true)
+    }
+
+    fn check<M>(&self, args: &[KernelArg<'_, M>], raw: bool) -> Result<usize> {
         let name = &self.name;
         let mut shared = None;
         for a in args {
@@ -256,9 +318,11 @@ impl Signature {
             )));
         }
         for (i, (p, a)) in self.params.iter().zip(values).enumerate() {
+            let integer = matches!(a, KernelArg::U64(_) | KernelArg::I64(_));
             let ok = match (&p.kind, a) {
-                (ParamKind::Bits64 { .. }, KernelArg::Memory(_)) => true,
-                (ParamKind::Bits64 { pointer }, KernelArg::U64(_) | KernelArg::I64(_)) => !pointer,
+                (ParamKind::Pointer | ParamKind::Bits64, KernelArg::Memory(_)) => true,
+                (ParamKind::Pointer | ParamKind::Bits64, _) if integer => raw,
+                (ParamKind::Int64, _) => integer,
                 (ParamKind::Bits32, KernelArg::U32(_) | KernelArg::I32(_)) => true,
                 (ParamKind::F32, KernelArg::F32(_)) | (ParamKind::F64, KernelArg::F64(_)) => true,
                 (ParamKind::Bytes(n), _) => {
@@ -279,8 +343,20 @@ impl Signature {
                 _ => false,
             };
             if !ok {
+                let hint = match (&p.kind, integer) {
+                    (ParamKind::Pointer, true) => {
+                        "; a pointer parameter takes gpubuf memory, never an address (an address \
+                         needs the unsafe UserKernel::launch_raw)"
+                    }
+                    (ParamKind::Bits64, true) => {
+                        "; its C type is unknown (the kernel's declaration could not be read: \
+                         declare kernels extern \"C\" at file scope), so only gpubuf memory is \
+                         taken (an integer needs the unsafe UserKernel::launch_raw)"
+                    }
+                    _ => "",
+                };
                 return Err(Error::invalid(format!(
-                    "parameter {i} ({}) of {name} takes {}, {} was given",
+                    "parameter {i} ({}) of {name} takes {}, {} was given{hint}",
                     p.name,
                     p.kind.describe(),
                     a.describe()
@@ -295,8 +371,9 @@ impl ParamKind {
     /// What the parameter takes, for error messages.
     pub fn describe(&self) -> String {
         match self {
-            ParamKind::Bits64 { pointer: true } => "a device buffer (.u64 .ptr)".into(),
-            ParamKind::Bits64 { pointer: false } => "a device buffer or a 64-bit integer (.u64)".into(),
+            ParamKind::Pointer => "a device buffer (a pointer)".into(),
+            ParamKind::Int64 => "a 64-bit integer, long or ulong (.u64)".into(),
+            ParamKind::Bits64 => "a device buffer (.u64 of unknown C type)".into(),
             ParamKind::Bits32 => "a 32-bit integer, int or uint (.u32)".into(),
             ParamKind::F32 => "a scalar float (.f32)".into(),
             ParamKind::F64 => "a scalar double (.f64)".into(),

@@ -59,7 +59,7 @@ fn signatures_are_read_from_nvrtc_ptx() {
         "device functions are no entries"
     );
     let every = Signature::find(&ptx, "every").unwrap();
-    let b64 = ParamKind::Bits64 { pointer: false };
+    let b64 = ParamKind::Bits64; // from the PTX alone: a pointer or an integer
     assert_eq!(
         kinds(&every),
         [
@@ -95,10 +95,19 @@ fn arguments_are_checked_against_the_parameters() {
     let good: [KernelArg<'_, ()>; 4] =
         [KernelArg::Memory(&y), KernelArg::Memory(&x), KernelArg::F64(2.0), KernelArg::U32(8)];
     assert_eq!(axpy.check_args(&good).unwrap(), 0);
-    // Signedness is not in the PTX: int and uint fill .u32; long and ulong fill .u64.
-    let ints: [KernelArg<'_, ()>; 4] =
-        [KernelArg::U64(0), KernelArg::I64(-1), KernelArg::F64(2.0), KernelArg::I32(8)];
+    // Signedness is not in the PTX: int and uint fill .u32.
+    let ints: [KernelArg<'_, ()>; 4] = [good[0], good[1], KernelArg::F64(2.0), KernelArg::I32(8)];
     assert!(axpy.check_args(&ints).is_ok());
+    // From the PTX alone a .u64 may be a pointer: an integer there is refused, except by
+    // the raw check (the unsafe launch_raw's).
+    let addresses: [KernelArg<'_, ()>; 4] =
+        [KernelArg::U64(0x1000), KernelArg::I64(-1), KernelArg::F64(2.0), KernelArg::U32(8)];
+    let e = axpy.check_args(&addresses).unwrap_err();
+    assert!(
+        matches!(&e, Error::InvalidArgument(m) if m.contains("parameter 0") && m.contains("unknown")),
+        "{e}"
+    );
+    assert!(axpy.check_args_raw(&addresses).is_ok());
     // Dynamic shared memory is no parameter: anywhere in the list, not counted, one at most.
     let shared = [
         KernelArg::Local(512),
@@ -128,7 +137,7 @@ fn arguments_are_checked_against_the_parameters() {
     }
     // Parameters no KernelArg fills are refused whatever is given.
     let every = Signature::find(&ptx, "every").unwrap();
-    let mut args = vec![good[0], good[1], KernelArg::U64(0), KernelArg::I64(0), KernelArg::I32(1)];
+    let mut args = vec![good[0], good[1], good[0], good[0], KernelArg::I32(1)];
     args.extend([KernelArg::U32(1), KernelArg::F32(1.0), KernelArg::F64(1.0), KernelArg::U64(0)]);
     args.extend([KernelArg::U32(0), KernelArg::U32(0)]);
     let e = every.check_args(&args).unwrap_err();
@@ -166,8 +175,8 @@ fn hand_written_ptx_edge_cases() {
     assert_eq!(
         kinds(&all[0]),
         [
-            ParamKind::Bits64 { pointer: true },
-            ParamKind::Bits64 { pointer: false },
+            ParamKind::Pointer,
+            ParamKind::Bits64,
             ParamKind::Bits32,
             ParamKind::Bytes(12),
             ParamKind::Bytes(16),
@@ -180,6 +189,7 @@ fn hand_written_ptx_edge_cases() {
     let p = Signature { name: "p".into(), params: all[0].params[..1].to_vec() };
     assert!(p.check_args(&[KernelArg::Memory(&m)]).is_ok());
     assert!(p.check_args(&[KernelArg::<()>::U64(0)]).is_err());
+    assert!(p.check_args_raw(&[KernelArg::<()>::U64(0)]).is_ok());
     for bad in [
         ".entry k(.param .u64)",
         ".entry k(.param k_param_0)",

@@ -5,13 +5,14 @@ use crate::error::{cl, driver, maybe_oom};
 use crate::kernels::ProgramCache;
 use crate::memory::ClMemory;
 use crate::shape::PlanKernel;
+use crate::stream::{new_queue, ClEvent, ClStream, OwnedQueue};
 use gpubuf_core::{
     check_copy, check_fill, Allocator, Backend, BackendKind, DeviceInfo, DeviceMemory, MemRef, MemoryInfo,
     Result,
 };
 use opencl3::command_queue::{
     enqueue_barrier_with_wait_list, enqueue_copy_buffer, enqueue_fill_buffer, enqueue_marker_with_wait_list,
-    enqueue_migrate_mem_object, enqueue_read_buffer, enqueue_write_buffer, CommandQueue,
+    enqueue_migrate_mem_object, enqueue_read_buffer, enqueue_write_buffer,
 };
 use opencl3::context::Context;
 use opencl3::event::{Event, CL_COMPLETE};
@@ -19,7 +20,6 @@ use opencl3::memory::CL_MIGRATE_MEM_OBJECT_CONTENT_UNDEFINED;
 use opencl3::types::{cl_event, CL_BLOCKING};
 use std::ffi::c_void;
 use std::ptr;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// A handle to one OpenCL device: its context, a default in-order queue and the cached
@@ -53,50 +53,6 @@ impl std::fmt::Debug for OpenClBackend {
             .field("plan_kernel", &self.plan_kernel)
             .finish()
     }
-}
-
-/// An in-order OpenCL command queue (clones share the queue).
-#[derive(Clone)]
-pub struct ClStream {
-    pub(crate) queue: Arc<CommandQueue>,
-    /// The stream's identity: never given to another queue in this process (a released
-    /// queue's handle may come back for a new one, so the handle cannot serve).
-    pub(crate) id: u64,
-    /// The context of the queue (its raw handle, which the queue keeps alive).
-    pub(crate) context: usize,
-}
-
-/// Identities of queues: process-wide and never reused.
-static NEXT_STREAM_ID: AtomicU64 = AtomicU64::new(1);
-
-impl std::fmt::Debug for ClStream {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ClStream").field("id", &self.id).field("queue", &self.queue.get()).finish()
-    }
-}
-
-/// A marker event on an OpenCL queue.
-#[derive(Debug)]
-pub struct ClEvent {
-    pub(crate) event: Event,
-}
-
-fn new_queue(context: &Context) -> Result<ClStream> {
-    // SAFETY: the context's default device belongs to the context.
-    let q = unsafe { CommandQueue::create_with_properties(context, context.default_device(), 0, 0) };
-    let queue = match q {
-        Ok(q) => q,
-        #[allow(deprecated)]
-        Err(_) => CommandQueue::create_default(context, 0).map_err(|e| cl(e, "clCreateCommandQueue"))?,
-    };
-    Ok(stream_of(queue, context.get() as usize))
-}
-
-/// A stream over `queue`, with a fresh identity.
-pub(crate) fn stream_of(queue: CommandQueue, context: usize) -> ClStream {
-    // A u64 counter does not wrap in any process's lifetime.
-    let id = NEXT_STREAM_ID.fetch_add(1, Ordering::Relaxed);
-    ClStream { queue: Arc::new(queue), id, context }
 }
 
 /// Releases an event returned by an enqueue call we do not track.
@@ -195,7 +151,7 @@ impl OpenClBackend {
     }
 
     /// The default queue (for SVM copies).
-    pub(crate) fn inner_default_queue(&self) -> Arc<CommandQueue> {
+    pub(crate) fn inner_default_queue(&self) -> Arc<OwnedQueue> {
         self.inner.default_stream.queue.clone()
     }
 
@@ -389,7 +345,7 @@ impl Backend for OpenClBackend {
         let ev = unsafe { enqueue_marker_with_wait_list(stream.queue.get(), 0, ptr::null()) }
             .map_err(|c| driver(c, "clEnqueueMarkerWithWaitList"))?;
         stream.queue.flush().map_err(|e| cl(e, "clFlush"))?;
-        Ok(ClEvent { event: Event::new(ev) })
+        Ok(ClEvent::created(Event::new(ev)))
     }
 
     fn event_complete(&self, event: &ClEvent) -> Result<bool> {

@@ -11,11 +11,12 @@
 //! blocks per work-group on GPUs, and, when asked for, runs of elements per work-item. A
 //! prepared plan keeps the program, and so the shape, it was prepared with.
 
-use crate::backend::{ClStream, OpenClBackend};
+use crate::backend::OpenClBackend;
 use crate::error::maybe_oom;
 use crate::memory::ClMemory;
 use crate::shape::{chunk_from, kernel_from, prelude, PlanKernel, BLOCK_ELEMS, BLOCK_THREADS, KERNEL_ENV};
 use crate::shape::{CHUNK_ENV, MAX_SLOTS, ROW_UNIT};
+use crate::stream::ClStream;
 use gpubuf_core::encode::{encode, encode_blocks, BlockShape};
 use gpubuf_core::{
     check_plan_args, check_scatter_args, BackendKind, CopyPlan, DType, Error, Kernels, MemRef, PreparedPlan,

@@ -1,6 +1,7 @@
 //! [`ClMemory`]: one OpenCL buffer object.
 
 use crate::error::{cl, INVALID_BUFFER_SIZE, OOM_CODES};
+use crate::owned::{self, Kind};
 use gpubuf_core::{DeviceMemory, Error, Result};
 use opencl3::context::Context;
 use opencl3::memory::{Buffer, ClMem, CL_MEM_COPY_HOST_PTR, CL_MEM_READ_ONLY, CL_MEM_READ_WRITE};
@@ -8,6 +9,11 @@ use std::ptr;
 
 /// One OpenCL buffer. OpenCL has no zero-sized buffers, so a zero-length allocation holds
 /// one byte and reports length 0.
+///
+/// A `cl_mem` is the memory of at most one live `ClMemory` (see
+/// [`crate::OpenClBackend::adopt_buffer`]); its reference is released once, when the
+/// `ClMemory` drops. OpenCL deletes the buffer only after the commands queued with it have
+/// finished, on any queue, so dropping it right after a launch or copy is safe.
 pub struct ClMemory {
     pub(crate) buffer: Buffer<u8>,
     pub(crate) len: usize,
@@ -33,7 +39,9 @@ impl DeviceMemory for ClMemory {
 }
 
 impl ClMemory {
-    /// The raw `cl_mem` handle.
+    /// The raw `cl_mem` handle (gpubuf's reference: never release it, nor wrap it in an
+    /// opencl3 `Buffer`, which would release it when dropped; [`ClMemory::retained`] gives
+    /// an owned wrapper).
     pub fn raw(&self) -> opencl3::types::cl_mem {
         self.buffer.get()
     }
@@ -50,7 +58,7 @@ impl ClMemory {
         // SAFETY: a valid context, no host pointer, a non-zero size.
         let buffer = unsafe { Buffer::<u8>::create(context, CL_MEM_READ_WRITE, len.max(1), ptr::null_mut()) };
         match buffer {
-            Ok(buffer) => Ok(ClMemory { buffer, len, context: context.get() as usize }),
+            Ok(buffer) => Ok(ClMemory::created(buffer, len, context)),
             Err(e) if OOM_CODES.contains(&e.0) || e.0 == INVALID_BUFFER_SIZE => {
                 Err(Error::OutOfMemory { requested: len, available: None, pool: None })
             }
@@ -75,6 +83,29 @@ impl ClMemory {
             )
         }
         .map_err(|e| cl(e, "clCreateBuffer(COPY_HOST_PTR)"))?;
-        Ok(ClMemory { buffer, len, context: context.get() as usize })
+        Ok(ClMemory::created(buffer, len, context))
+    }
+
+    /// Memory over a buffer gpubuf has just created (no other object can hold its handle).
+    fn created(buffer: Buffer<u8>, len: usize, context: &Context) -> Self {
+        owned::claim(Kind::Mem, buffer.get());
+        ClMemory { buffer, len, context: context.get() as usize }
+    }
+
+    /// Memory over a buffer handed in (its reference becomes this value's), unless a live
+    /// `ClMemory` holds the handle already: then the wrapper comes back unreleased.
+    pub(crate) fn claimed(buffer: Buffer<u8>, context: usize) -> std::result::Result<Self, Buffer<u8>> {
+        if owned::claim(Kind::Mem, buffer.get()) {
+            Ok(ClMemory { buffer, len: 0, context })
+        } else {
+            Err(buffer)
+        }
+    }
+}
+
+impl Drop for ClMemory {
+    fn drop(&mut self) {
+        // Before the buffer field releases the reference (fields drop after this body).
+        owned::forget(Kind::Mem, self.raw());
     }
 }

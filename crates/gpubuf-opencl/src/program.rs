@@ -419,7 +419,7 @@ impl UserKernel {
             )
         }
         .map_err(|c| maybe_oom(c, &format!("clEnqueueNDRangeKernel({})", inner.name), 0))?;
-        let event = ClEvent { event: Event::new(ev) };
+        let event = ClEvent::created(Event::new(ev));
         stream.queue.flush().map_err(|e| cl(e, "clFlush"))?;
         Ok(event)
     }

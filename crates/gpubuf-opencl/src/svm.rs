@@ -96,7 +96,10 @@ impl Allocator for SvmAllocator {
 }
 
 impl SvmMemory {
-    /// The shared pointer.
+    /// The shared pointer (borrowed: valid while this value lives, never to be freed by
+    /// the caller). The drop frees it with `clSVMFree` once gpubuf's default queue has
+    /// finished; `clSVMFree` does not wait for other queues, so work the caller enqueued
+    /// with the pointer elsewhere must be finished before the value drops.
     pub fn as_ptr(&self) -> *mut c_void {
         self.ptr.as_ptr()
     }

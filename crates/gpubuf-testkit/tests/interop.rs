@@ -12,9 +12,17 @@ use std::sync::Arc;
 #[path = "interop/opencl.rs"]
 mod opencl;
 
+#[cfg(feature = "opencl")]
+#[path = "interop/opencl_handles.rs"]
+mod opencl_handles;
+
 #[cfg(feature = "cuda")]
 #[path = "interop/cuda.rs"]
 mod cuda;
+
+#[cfg(feature = "cuda")]
+#[path = "interop/cuda_handles.rs"]
+mod cuda_handles;
 
 /// The system allocator, counting frees of one watched address; byte allocations of
 /// [`ODD`] bytes are placed one byte past an 8-byte boundary (legal for alignment 1), so a
