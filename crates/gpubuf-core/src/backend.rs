@@ -230,14 +230,17 @@ pub trait Backend: Allocator + Clone + fmt::Debug {
     /// Copies `src` from the host into `dst` at byte `offset`.
     ///
     /// # Errors
-    /// [`Error::OutOfBounds`] when the range leaves `dst`; driver errors.
+    /// [`Error::OutOfBounds`] when the range leaves `dst`; [`Error::InvalidArgument`] when
+    /// `src` overlaps `dst`'s own bytes (host memory: the CPU backend, where a host slice
+    /// can alias an adopted allocation; copy the source first); driver errors.
     fn write(&self, stream: &Self::Stream, dst: &Self::Memory, offset: usize, src: &[u8]) -> Result<()>;
 
     /// Copies `dst.len()` bytes from `src` at byte `offset` to the host, after the work
     /// queued before it on `stream`; returns when the bytes are in `dst`.
     ///
     /// # Errors
-    /// [`Error::OutOfBounds`] when the range leaves `src`; driver errors.
+    /// [`Error::OutOfBounds`] when the range leaves `src`; [`Error::InvalidArgument`] when
+    /// `dst` overlaps `src`'s own bytes (as for [`Backend::write`]); driver errors.
     fn read(&self, stream: &Self::Stream, src: &Self::Memory, offset: usize, dst: &mut [u8]) -> Result<()>;
 
     /// Device-to-device copy of `src.len` bytes to `dst` at byte `dst_offset`.
