@@ -161,6 +161,53 @@ pub struct PoolStats {
     pub limit: Option<usize>,
 }
 
+/// `n` bytes in binary units (`512 B`, `1.5 KiB`, `3.0 MiB`, ...).
+fn fmt_bytes(n: usize) -> String {
+    const UNITS: [&str; 6] = ["KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
+    if n < 1024 {
+        return format!("{n} B");
+    }
+    // A display value only: the f64 rounding of huge counts does not matter here.
+    let mut v = n as f64 / 1024.0;
+    let mut unit = 0;
+    while v >= 1024.0 && unit + 1 < UNITS.len() {
+        v /= 1024.0;
+        unit += 1;
+    }
+    format!("{v:.1} {}", UNITS[unit])
+}
+
+impl std::fmt::Display for PoolStats {
+    /// One line: `2 active blocks (3.0 MiB), 1 held (1.0 MiB); managed 4.0 MiB (peak 4.0
+    /// MiB, active peak 3.0 MiB); 7 hits, 3 misses (70.0% hits); limit 1.0 GiB`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let blocks = |n: usize| if n == 1 { "block" } else { "blocks" };
+        write!(
+            f,
+            "{} active {} ({}), {} held ({}); managed {} (peak {}, active peak {}); {} hits, {} misses",
+            self.active_blocks,
+            blocks(self.active_blocks),
+            fmt_bytes(self.active_bytes),
+            self.held_blocks,
+            fmt_bytes(self.held_bytes),
+            fmt_bytes(self.managed_bytes),
+            fmt_bytes(self.peak_managed_bytes),
+            fmt_bytes(self.peak_active_bytes),
+            self.hits,
+            self.misses,
+        )?;
+        let calls = u128::from(self.hits) + u128::from(self.misses);
+        if calls > 0 {
+            // Display only: f64 is precise enough for a percentage.
+            write!(f, " ({:.1}% hits)", u128::from(self.hits) as f64 * 100.0 / calls as f64)?;
+        }
+        match self.limit {
+            Some(l) => write!(f, "; limit {}", fmt_bytes(l)),
+            None => write!(f, "; no limit"),
+        }
+    }
+}
+
 fn fmt_elements(elements: Option<(crate::DType, usize)>) -> String {
     match elements {
         Some((dtype, 1)) => format!(" (1 {dtype} element)"),
@@ -226,5 +273,40 @@ impl Error {
 impl From<ndarray::ShapeError> for Error {
     fn from(e: ndarray::ShapeError) -> Self {
         Error::InvalidArgument(format!("ndarray shape error: {e}"))
+    }
+}
+
+#[cfg(test)]
+mod stats_tests {
+    use super::*;
+
+    #[test]
+    fn pool_stats_read_as_one_line() {
+        let s = PoolStats {
+            active_blocks: 2,
+            active_bytes: 3 << 20,
+            held_blocks: 1,
+            held_bytes: 1 << 20,
+            managed_bytes: 4 << 20,
+            peak_managed_bytes: 4 << 20,
+            peak_active_bytes: 3 << 20,
+            hits: 7,
+            misses: 3,
+            limit: Some(1 << 30),
+        };
+        assert_eq!(
+            s.to_string(),
+            "2 active blocks (3.0 MiB), 1 held (1.0 MiB); managed 4.0 MiB (peak 4.0 MiB, active peak \
+             3.0 MiB); 7 hits, 3 misses (70.0% hits); limit 1.0 GiB"
+        );
+        let empty = PoolStats { active_blocks: 1, active_bytes: 512, ..PoolStats::default() }.to_string();
+        assert_eq!(
+            empty,
+            "1 active block (512 B), 0 held (0 B); managed 0 B (peak 0 B, active peak 0 B); 0 hits, 0 \
+             misses; no limit"
+        );
+        let huge =
+            PoolStats { held_bytes: usize::MAX, hits: u64::MAX, misses: u64::MAX, ..PoolStats::default() };
+        assert!(huge.to_string().contains("16.0 EiB") && huge.to_string().contains("(50.0% hits)"));
     }
 }
