@@ -180,11 +180,16 @@ impl<B: Kernels, T: Element> Mirror<B, T> {
     /// Sets one element.
     ///
     /// # Errors
-    /// [`Error::OutOfBounds`] / [`Error::ShapeMismatch`] for a bad index; as
-    /// [`Mirror::write`].
+    /// [`Error::OutOfBounds`] for an index outside its axis, [`Error::InvalidArgument`]
+    /// for an index with another number of axes than the array; as [`Mirror::write`].
     pub fn set(&mut self, index: &[usize], value: T) -> Result<()> {
         if index.len() != self.host.ndim() {
-            return Err(Error::ShapeMismatch { expected: self.host.shape().to_vec(), got: index.to_vec() });
+            return Err(Error::invalid(format!(
+                "an index needs one entry per axis: {index:?} has {}, the array has {} (shape {:?})",
+                index.len(),
+                self.host.ndim(),
+                self.host.shape()
+            )));
         }
         for (axis, (&i, &n)) in index.iter().zip(self.host.shape()).enumerate() {
             if i >= n {
