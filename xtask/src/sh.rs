@@ -1,7 +1,11 @@
 //! Running commands, each within the time limit of the step it belongs to.
 //!
 //! [`step`] runs a part of `test-all` under a limit: a command of that part still running
-//! when the limit is reached is killed with every process it started, and the step is reported as stopped, by name. Commands outside a step have no
+//! when the limit is reached is killed with every process it started, and the step is
+//! reported as stopped, by name. The processes it started are found as its descendants and
+//! by a mark in their environment ([`MARK_ENV`], inherited), so that one whose parent has
+//! exited (re-parented away, still holding the output pipe open) is killed too. Commands
+//! outside a step have no
 //! limit. `GPUBUF_STEP_LIMIT=<seconds>` replaces every step's own limit (to try the
 //! mechanism, or to give a slow machine more time).
 
@@ -10,7 +14,7 @@ use std::fs::File;
 use std::io::{BufRead, BufReader, Read};
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -24,6 +28,13 @@ struct Step {
     deadline: Instant,
     stopped: Arc<AtomicBool>,
 }
+
+/// The environment variable that marks every process a command started (see the module
+/// docs): `<xtask pid>-<command number>`.
+pub const MARK_ENV: &str = "GPUBUF_XTASK_COMMAND";
+
+/// Numbers of the commands spawned.
+static COMMANDS: AtomicU64 = AtomicU64::new(0);
 
 thread_local! {
     static STEP: RefCell<Option<Step>> = const { RefCell::new(None) };
@@ -63,7 +74,7 @@ struct Watch {
 }
 
 impl Watch {
-    fn start(pid: u32, what: String) -> Watch {
+    fn start(pid: u32, mark: String, what: String) -> Watch {
         let step =
             STEP.with(|s| s.borrow().as_ref().map(|s| (s.deadline, s.name.clone(), s.stopped.clone())));
         let Some((deadline, name, stopped)) = step else {
@@ -75,7 +86,7 @@ impl Watch {
             if let Err(RecvTimeoutError::Timeout) = rx.recv_timeout(wait) {
                 stopped.store(true, Ordering::SeqCst);
                 eprintln!("xtask: step `{name}` reached its time limit: stopping `{what}`");
-                kill_tree(pid);
+                kill_tree(pid, &mark);
             }
         });
         Watch { done: Some(tx), thread: Some(thread) }
@@ -106,10 +117,24 @@ fn parents() -> Vec<(u32, u32)> {
         .collect()
 }
 
-/// `root` and every process below it.
-fn tree(root: u32) -> Vec<u32> {
+/// The processes whose environment holds `MARK_ENV=mark`.
+fn marked(mark: &str) -> Vec<u32> {
+    let entry = format!("{MARK_ENV}={mark}");
+    let Ok(dir) = std::fs::read_dir("/proc") else { return Vec::new() };
+    dir.filter_map(Result::ok)
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/environ"))
+                .is_ok_and(|env| env.split(|&b| b == 0).any(|v| v == entry.as_bytes()))
+        })
+        .collect()
+}
+
+/// `root`, every process below it, and every process marked `mark` and those below them.
+fn tree(root: u32, mark: &str) -> Vec<u32> {
     let parents = parents();
     let mut all = vec![root];
+    all.extend(marked(mark).into_iter().filter(|&p| p != root));
     let mut i = 0;
     while i < all.len() {
         let p = all[i];
@@ -127,13 +152,13 @@ fn signal(pids: &[u32], sig: libc::c_int) {
     }
 }
 
-/// Stops `root` and its descendants: stops (SIGSTOP) every process of the tree, again
-/// until no new one appears (a stopped process starts no other, so none escapes by being
-/// re-parented while this runs), then kills them all (SIGKILL).
-fn kill_tree(root: u32) {
+/// Stops `root`, its descendants and the processes marked `mark`: stops (SIGSTOP) every
+/// process of the tree, again until no new one appears (a stopped process starts no other,
+/// so none escapes by being re-parented while this runs), then kills them all (SIGKILL).
+fn kill_tree(root: u32, mark: &str) {
     let mut all: Vec<u32> = Vec::new();
     for _ in 0..100 {
-        let now = tree(root);
+        let now = tree(root, mark);
         let new: Vec<u32> = now.into_iter().filter(|p| !all.contains(p)).collect();
         if new.is_empty() {
             break;
@@ -156,8 +181,10 @@ fn alive(pid: u32) -> bool {
 
 /// Spawns `cmd`, watched by the current step's limit.
 fn spawn(cmd: &mut Command) -> Option<(Child, Watch)> {
+    let mark = format!("{}-{}", std::process::id(), COMMANDS.fetch_add(1, Ordering::Relaxed));
+    cmd.env(MARK_ENV, &mark);
     let child = cmd.spawn().ok()?;
-    let watch = Watch::start(child.id(), describe(cmd));
+    let watch = Watch::start(child.id(), mark, describe(cmd));
     Some((child, watch))
 }
 
@@ -263,6 +290,28 @@ mod tests {
         let ((lines, ok), stopped) = step("quick", Duration::from_secs(60), || run_tee(&mut sh("echo hi")));
         assert!(ok && stopped.is_none());
         assert_eq!(lines, ["hi"]);
+    }
+
+    #[test]
+    fn a_grandchild_left_behind_by_a_finished_command_is_stopped_too() {
+        // The shell exits at once; its background sleep, re-parented away from it, keeps
+        // the output pipe open, so reading waits for it until the limit stops it.
+        let pidfile = std::env::temp_dir().join(format!("xtask-orphan-{}", std::process::id()));
+        let script = format!("sleep 20 & echo $! > {}; echo started", pidfile.display());
+        let t = Instant::now();
+        let ((lines, _), stopped) = step("orphan", Duration::from_secs(1), || run_tee(&mut sh(&script)));
+        let took = t.elapsed();
+        let orphan: u32 = std::fs::read_to_string(&pidfile).unwrap().trim().parse().unwrap();
+        let _ = std::fs::remove_file(&pidfile);
+        let left = alive(orphan);
+        if left {
+            signal(&[orphan], libc::SIGKILL);
+        }
+        assert!(took < Duration::from_secs(10), "took {took:?}");
+        assert_eq!(lines, ["started"]);
+        assert!(stopped.is_some_and(|m| m.starts_with("orphan: FAILED")));
+        std::thread::sleep(Duration::from_millis(200));
+        assert!(!left || !alive(orphan), "the orphaned sleep {orphan} outlived the step");
     }
 
     #[test]
