@@ -147,7 +147,7 @@ impl<'c, B: Kernels, T: Element> HaloUpdater<'c, B, T> {
                 .collect();
             Ok((links, sigs, tags::claim(world, name, keys)?))
         });
-        let agreed = agree::agree(world, name, local.as_ref().ok().map(|l| l.1.as_slice()));
+        let agreed = agree::agree(world, name, on_node, local.as_ref().ok().map(|l| l.1.as_slice()));
         let (mut links, _, claim) = local?;
         agreed?;
         let aware = crate::cuda_aware()?.enabled;

@@ -126,17 +126,24 @@ fn add(sum: &mut [u64], h: u64) {
 }
 
 /// Collective over `world`: agrees that every rank made its part of the updater (`links`
-/// is `None` on a rank that could not) and that both sides of every link describe the same
-/// messages.
+/// is `None` on a rank that could not), that every rank made it the same way (`on_node`:
+/// by [`super::HaloUpdater::on_node`], whose window setup is collective too) and that both
+/// sides of every link describe the same messages.
 ///
 /// # Errors
 /// [`Error::InvalidArgument`] on every rank when some rank could not make its part or a
 /// link's two sides disagree, naming the ranks and links at fault (the same text on every
 /// rank).
-pub(super) fn agree(world: &SimpleCommunicator, name: &str, links: Option<&[LinkSig]>) -> Result<()> {
+pub(super) fn agree(
+    world: &SimpleCommunicator,
+    name: &str,
+    on_node: bool,
+    links: Option<&[LinkSig]>,
+) -> Result<()> {
     let me = world.rank() as usize;
-    // [ranks that failed, sent (low, high), expected (low, high)]
-    let mut mine = [0u64; 5];
+    // [ranks that failed, sent (low, high), expected (low, high), ranks on node]
+    let mut mine = [0u64; 6];
+    mine[5] = u64::from(on_node);
     match links {
         None => mine[0] = 1,
         Some(links) => {
@@ -146,9 +153,11 @@ pub(super) fn agree(world: &SimpleCommunicator, name: &str, links: Option<&[Link
             }
         }
     }
-    let mut all = [0u64; 5];
+    let mut all = [0u64; 6];
     world.all_reduce_into(&mine[..], &mut all[..], SystemOperation::sum());
-    if all[0] == 0 && all[1..3] == all[3..5] {
+    let ranks = world.size() as u64;
+    let ways = (all[5] != 0 && all[5] != ranks).then(|| (all[5], ranks - all[5]));
+    if all[0] == 0 && all[1..3] == all[3..5] && ways.is_none() {
         return Ok(());
     }
     let mut record = [0u64; RECORD];
@@ -162,7 +171,14 @@ pub(super) fn agree(world: &SimpleCommunicator, name: &str, links: Option<&[Link
     let mut records = vec![0u64; RECORD * world.size() as usize];
     world.all_gather_into(&record[..], &mut records[..]);
     let records: Vec<&[u64]> = records.chunks_exact(RECORD).collect();
-    Err(Error::invalid(format!("halo updater {name:?} was made on no rank: {}", describe(&records))))
+    let what = match ways {
+        // The links may agree: the ways alone are the fault.
+        Some((node, messages)) => format!(
+            "{node} rank(s) made it with on_node, {messages} with new (every rank calls the same one)"
+        ),
+        None => describe(&records),
+    };
+    Err(Error::invalid(format!("halo updater {name:?} was made on no rank: {what}")))
 }
 
 /// The links of a gathered record: (peer, send, bytes sent, expected, bytes expected).

@@ -1,6 +1,7 @@
 //! Specs that disagree between ranks: `new` and `on_node` refuse them on every rank
 //! (rank 0's tile a row taller, another element type or an extra quantity on rank 0,
-//! another name, updaters made in opposite orders), and the communicator works afterwards.
+//! another name, updaters made in opposite orders, `new` on rank 0 against `on_node` on the
+//! others), and the communicator works afterwards.
 
 use super::node::Mode;
 use super::{Tile, H, NZ};
@@ -77,6 +78,10 @@ pub fn mismatch_case<B: Kernels>(
     for name in order {
         refused(&mut wrong, "opposite orders", make::<B, f64>(b, comm, &tile, one, name, shared));
     }
+    // Rank 0 makes it the other way (`new` against `on_node`): matching specs, but only
+    // some ranks would set up the shared window.
+    let way = if odd_one { !shared } else { shared };
+    refused(&mut wrong, "new against on_node", make::<B, f64>(b, comm, &tile, one, "m", way));
     // The communicator still works: the same name with matching specs.
     let mut up = if shared {
         HaloUpdater::<B, f64>::on_node(b, comm, &tile.part, one, None, "m")?
