@@ -5,9 +5,8 @@
 //! reported as stopped, by name. The processes it started are found as its descendants and
 //! by a mark in their environment ([`MARK_ENV`], inherited), so that one whose parent has
 //! exited (re-parented away, still holding the output pipe open) is killed too. Commands
-//! outside a step have no
-//! limit. `GPUBUF_STEP_LIMIT=<seconds>` replaces every step's own limit (to try the
-//! mechanism, or to give a slow machine more time).
+//! outside a step have no limit. `GPUBUF_STEP_LIMIT=<seconds>` replaces every step's own
+//! limit (to try the mechanism, or to give a slow machine more time).
 
 use std::cell::RefCell;
 use std::fs::File;
