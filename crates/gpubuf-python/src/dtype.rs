@@ -157,3 +157,34 @@ pub fn parse_dtype(obj: &Bound<'_, PyAny>) -> PyResult<DType> {
 pub fn numpy_dtype(py: Python<'_>, d: DType) -> Bound<'_, numpy::PyArrayDescr> {
     with_dtype!(d, T => numpy::dtype::<T>(py))
 }
+
+/// Most axes rust-numpy views (`as_array` panics past them); numpy allows 64.
+pub const MAX_VIEW_AXES: usize = 32;
+
+/// `arr`, ready for a Rust view of its elements (`PyArray::as_array`): itself when its data
+/// is aligned to its element size and its strides are whole elements, else numpy's aligned
+/// C-order copy of it. rust-numpy divides byte strides by the element size, so a view of a
+/// stride of 9 bytes over 8-byte elements would read the wrong elements, and of an
+/// unaligned pointer would read through misaligned references.
+///
+/// # Errors
+/// `InvalidArgumentError` for more than [`MAX_VIEW_AXES`] axes; numpy's errors copying.
+pub fn viewable<'py>(arr: Bound<'py, numpy::PyUntypedArray>) -> PyResult<Bound<'py, numpy::PyUntypedArray>> {
+    use numpy::{PyArrayDescrMethods, PyUntypedArrayMethods};
+    if arr.ndim() > MAX_VIEW_AXES {
+        return Err(crate::errors::invalid(format!(
+            "a numpy array of {} axes (gpubuf reads at most {MAX_VIEW_AXES} from numpy)",
+            arr.ndim()
+        )));
+    }
+    let item = arr.dtype().itemsize().max(1);
+    let strided = arr.strides().iter().any(|&s| s.unsigned_abs() % item != 0);
+    if !strided && crate::adopt::data_ptr(&arr) % item == 0 {
+        return Ok(arr);
+    }
+    let np = arr.py().import("numpy")?;
+    let kwargs = pyo3::types::PyDict::new(arr.py());
+    kwargs.set_item("copy", true)?;
+    kwargs.set_item("order", "C")?;
+    np.call_method("array", (&arr,), Some(&kwargs))?.cast_into::<numpy::PyUntypedArray>().map_err(Into::into)
+}

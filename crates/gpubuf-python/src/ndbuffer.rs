@@ -67,6 +67,14 @@ impl PyNDBuffer {
 
     /// Uploads a numpy array of element type `T`.
     fn upload<T: Wrap>(arr: &Bound<'_, PyUntypedArray>, device: Device) -> PyResult<AnyArray> {
+        if arr.ndim() > crate::dtype::MAX_VIEW_AXES {
+            // Past rust-numpy's 32 axes: the C-order elements as one axis, reshaped here.
+            let flat = arr.call_method1("reshape", (-1,))?.cast_into::<PyUntypedArray>()?;
+            let shape = arr.shape().to_vec();
+            let nd = Self::upload::<T>(&flat, device)?;
+            return dispatch!(nd, nd => nd.reshape(&shape).map(Wrap::wrap).py());
+        }
+        let arr = crate::dtype::viewable(arr.clone())?;
         let typed = arr.cast::<PyArrayDyn<T>>()?;
         let ro = typed.try_readonly().map_err(|e| invalid(e.to_string()))?;
         let view = ro.as_array();

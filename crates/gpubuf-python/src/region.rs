@@ -267,6 +267,7 @@ fn upload<T: Wrap>(
     arr: &Bound<'_, PyUntypedArray>,
     pool: Option<&MemoryPool<GilAllocator>>,
 ) -> PyResult<()> {
+    let arr = &crate::dtype::viewable(arr.clone())?;
     let typed = arr.cast::<PyArrayDyn<T>>().map_err(|_| unsupported_dtype("value"))?;
     let ro = typed.readonly();
     let host = ro.as_array();
