@@ -62,3 +62,17 @@ pub fn array_interface<'py>(py: Python<'py>, a: &AnyArray) -> PyResult<Bound<'py
     d.set_item("strides", PyTuple::new(py, byte_strides(a)?)?)?;
     Ok(d)
 }
+
+/// Whether numpy can make an array of `a`'s shape and dtype: its element size times the
+/// product of the non-zero extents within `isize` (numpy refuses larger ones, empty arrays
+/// included, and rust-numpy does not check its refusal).
+///
+/// # Errors
+/// `InvalidArgumentError` (a `ValueError`, as numpy's own refusal) when it cannot.
+pub fn numpy_fits(a: &AnyArray) -> PyResult<()> {
+    let bytes = a.shape().iter().filter(|&&n| n > 0).try_fold(a.dtype().size(), |acc, &n| acc.checked_mul(n));
+    match bytes.and_then(|b| isize::try_from(b).ok()) {
+        Some(_) => Ok(()),
+        None => Err(invalid(format!("numpy cannot make an array of shape {:?} (too big)", a.shape()))),
+    }
+}

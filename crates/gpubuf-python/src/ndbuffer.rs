@@ -163,9 +163,12 @@ impl PyNDBuffer {
             return py.import("numpy")?.call_method1("asarray", (slf,));
         }
         let array = this.array.clone();
+        interop::numpy_fits(&array)?;
+        let shape = PyTuple::new(py, array.shape())?;
         dispatch!(array, nd => {
-            let host = py.detach(move || nd.to_ndarray()).py()?;
-            Ok(numpy::PyArray::from_owned_array(py, host).into_any())
+            // One axis across the boundary (rust-numpy takes at most 32), numpy's shape after.
+            let flat = py.detach(move || nd.to_vec()).py()?;
+            numpy::PyArray1::from_vec(py, flat).call_method1("reshape", (shape,))
         })
     }
 
