@@ -203,9 +203,11 @@ impl PyNDBuffer {
     }
 
     /// Writes ``value`` into the region ``key`` selects (as ``__getitem__``): an
-    /// ``NDBuffer`` of the same dtype and shape is copied on the device; anything else is
-    /// taken by ``numpy.asarray`` in this array's dtype, a scalar filling the region on
-    /// the device, an array (broadcast to the region's shape) uploaded once: straight into
+    /// ``NDBuffer`` of the same dtype and shape is copied on the device; a scalar is
+    /// converted as numpy's own assignment converts it (``OverflowError`` for an int past
+    /// the dtype) and fills the region on the device; anything else is taken by
+    /// ``numpy.asarray`` in this array's dtype, an array (broadcast to the region's shape
+    /// as ``numpy.broadcast_to`` does) uploaded once: straight into
     /// a contiguous region, else into a staging array (from ``pool``, a ``MemoryPool`` of
     /// this device, when given) that one scatter writes into the region. A value that
     /// shares memory with this array (a numpy view of it, the numpy array it adopted,

@@ -112,7 +112,12 @@ fn int_index(item: &Bound<'_, PyAny>, axis: usize, len: usize) -> PyResult<usize
     if item.is_instance_of::<pyo3::types::PyBool>() || !item.hasattr("__index__")? {
         return Err(fancy());
     }
-    let i: i128 = item.call_method0("__index__").and_then(|i| i.extract()).map_err(|_| fancy())?;
+    let index = item.call_method0("__index__").map_err(|_| fancy())?;
+    // An int past i128 is outside every axis.
+    let i: i128 = index.extract().or_else(|_| {
+        let negative = index.lt(0).map_err(|_| fancy())?;
+        Ok::<_, PyErr>(if negative { i128::MIN } else { i128::MAX })
+    })?;
     let n = i128::try_from(len).map_err(|_| invalid("axis too long"))?;
     let j = if i < 0 { i + n } else { i };
     if !(0..n).contains(&j) {
@@ -189,9 +194,10 @@ pub fn get(array: &AnyArray, key: &Bound<'_, PyAny>) -> PyResult<AnyArray> {
 }
 
 /// `a[key] = value` (with `pool` for staging): a `gpubuf.NDBuffer` of the same dtype and
-/// shape is copied on the device; anything else goes through `numpy.asarray` in this
-/// array's dtype: a scalar fills the region, an array (broadcast to the region's shape) is
-/// uploaded.
+/// shape is copied on the device; a scalar is converted by numpy's own assignment (its
+/// `OverflowError` for an int past the dtype) and fills the region; anything else goes
+/// through `numpy.asarray` in this array's dtype and is uploaded, broadcast to the
+/// region's shape.
 ///
 /// # Errors
 /// As [`get`]; `DTypeMismatchError` for another gpubuf dtype, `ShapeMismatchError` when the
@@ -230,11 +236,17 @@ pub fn set(
             .py();
     }
     let np = py.import("numpy")?;
-    let arr = np.call_method(
-        "asarray",
-        (value,),
-        Some(&[("dtype", numpy_dtype(py, region.dtype()))].into_py_dict(py)?),
-    )?;
+    let dtype = numpy_dtype(py, region.dtype());
+    let arr = if value.cast::<PyUntypedArray>().is_err() && np.call_method1("ndim", (value,))?.eq(0)? {
+        // A scalar goes through numpy's own assignment, as in `x[key] = value`, which
+        // refuses what does not fit (an int64 scalar past int32, NaN into an integer),
+        // where `asarray(value, dtype)` would wrap it.
+        let one = np.call_method1("empty", (PyTuple::empty(py), &dtype))?;
+        one.set_item(PyTuple::empty(py), value)?;
+        one
+    } else {
+        np.call_method("asarray", (value,), Some(&[("dtype", dtype)].into_py_dict(py)?))?
+    };
     let mut arr = arr.cast_into::<PyUntypedArray>()?;
     if arr.ndim() > 0 && arr.shape() != region.shape() {
         let b = np.call_method1("broadcast_to", (&arr, PyTuple::new(py, region.shape())?)).map_err(|_| {
