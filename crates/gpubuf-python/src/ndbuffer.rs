@@ -239,15 +239,16 @@ impl PyNDBuffer {
     /// Raises ``ShapeMismatchError`` when the sizes differ.
     #[pyo3(signature = (*shape))]
     fn reshape(&self, py: Python<'_>, shape: &Bound<'_, PyTuple>) -> PyResult<Self> {
+        let ints = || invalid("a shape is ints or one sequence of ints");
         let dims: Vec<i128> = match shape.len() {
             1 => {
                 let one = shape.get_item(0)?;
                 match one.extract::<i128>() {
                     Ok(n) => vec![n],
-                    Err(_) => one.extract()?,
+                    Err(_) => one.extract().map_err(|_| ints())?,
                 }
             }
-            _ => shape.extract()?,
+            _ => shape.extract().map_err(|_| ints())?,
         };
         let new = crate::reshape::resolve_shape(&dims, self.size(), self.array.shape())?;
         let array = self.array.clone();
@@ -262,11 +263,16 @@ impl PyNDBuffer {
         Ok(PyNDBuffer { array })
     }
 
-    /// A view with the axes permuted (``None`` reverses them, numpy's ``.T``). No copy.
+    /// A view with the axes permuted (``None`` reverses them, numpy's ``.T``; a negative
+    /// axis counts from the end, as in numpy). No copy.
     ///
     /// Raises ``InvalidArgumentError`` when ``axes`` is not a permutation.
     #[pyo3(signature = (axes = None))]
-    fn transpose(&self, axes: Option<Vec<usize>>) -> PyResult<Self> {
+    fn transpose(&self, axes: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
+        let axes = axes
+            .filter(|a| !a.is_none())
+            .map(|a| crate::reshape::axes_arg(a, self.array.shape().len()))
+            .transpose()?;
         let array = dispatch!(&self.array, nd => nd.transpose(axes.as_deref()).map(Wrap::wrap)).py()?;
         Ok(PyNDBuffer { array })
     }

@@ -1,5 +1,6 @@
-//! Reshapes and dtype views of `gpubuf.NDBuffer` (`reshape` with a `-1` extent and
-//! `view(dtype)`, numpy's rules), as zarr's codecs use them on the arrays they encode.
+//! Reshapes, dtype views and transposes of `gpubuf.NDBuffer` (`reshape` with a `-1`
+//! extent, `view(dtype)`, `transpose` axes; numpy's rules), as zarr's codecs use them on
+//! the arrays they encode.
 
 use crate::dtype::{dispatch, AnyArray, Wrap};
 use crate::errors::{invalid, to_py, IntoPy};
@@ -79,4 +80,19 @@ pub fn reinterpret(array: &AnyArray, dtype: gpubuf::DType) -> PyResult<AnyArray>
             NDBuffer::<Device, U>::from_buffer(bytes, &new_shape, Order::C).map(U::wrap).py()
         })
     })
+}
+
+/// Axes as numpy takes them: a sequence of ints, `-ndim..ndim` (negative ones counted
+/// from the end).
+///
+/// # Errors
+/// `InvalidArgumentError` for anything else.
+pub fn axes_arg(obj: &Bound<'_, PyAny>, ndim: usize) -> PyResult<Vec<usize>> {
+    let bad = || invalid(format!("axes are a sequence of ints in -{ndim}..{ndim}"));
+    let items: Vec<i128> = obj.extract().map_err(|_| bad())?;
+    let n = i128::try_from(ndim).map_err(|_| bad())?;
+    items
+        .into_iter()
+        .map(|a| usize::try_from(if a < 0 { a + n } else { a }).ok().filter(|&a| a < ndim).ok_or_else(bad))
+        .collect()
 }
