@@ -1,7 +1,8 @@
 //! The Python part of `cargo xtask test-all` (and `cargo xtask python` alone): a virtual
 //! environment under the target directory with pinned maturin, numpy and pytest from PyPI,
-//! pace-util as the halo tests' oracle, zarr-python for `gpubuf.zarr`, the `gpubuf` wheel built by maturin and
-//! installed there, then the pytest suite of `crates/gpubuf-python/tests`.
+//! pace-util as the halo tests' oracle, zarr-python for `gpubuf.zarr`, hypothesis for the fuzz
+//! tests, the `gpubuf` wheel built by maturin and installed there, then the pytest suite of
+//! `crates/gpubuf-python/tests`, its fuzz tests (`tests/fuzz`) bounded by [`FUZZ_SECONDS`].
 
 use crate::sh::{run_ok, run_tee};
 use std::path::{Path, PathBuf};
@@ -34,6 +35,17 @@ pub const BASELINE_PINS: [&str; 4] =
 /// 10.5 MB in all, numcodecs's wheel (9.3 MB, its compressors built in) the bulk.
 pub const ZARR_PINS: [&str; 5] =
     ["zarr==3.1.6", "numcodecs==0.16.6", "donfig==0.8.1.post1", "google-crc32c==1.9.0", "pyyaml==6.0.3"];
+
+/// hypothesis, the engine of the fuzz tests in `crates/gpubuf-python/tests/fuzz` (random
+/// keys, region writes, dtype views, DLPack and array-interface objects against numpy),
+/// installed with `--no-deps` like the oracle with its one dependency pinned: about 1.2 MB.
+/// This version needs Python 3.11 or later.
+pub const FUZZ_PINS: [&str; 2] = ["hypothesis==6.170.15", "sortedcontainers==2.4.0"];
+
+/// The fuzz tests' time budget in seconds when `GPUBUF_FUZZ_SECONDS` is not set: shared
+/// among their properties (`tests/fuzz/conftest.py`), each stopping when its share is spent,
+/// after its corpus and at least a few random examples.
+pub const FUZZ_SECONDS: u32 = 60;
 
 /// What the pytest run reported.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -84,7 +96,7 @@ pub fn parse_summary(lines: &[String]) -> Option<PyCounts> {
 }
 
 /// Makes the virtual environment (once) with [`PIP_PINS`], [`ORACLE_PINS`],
-/// [`BASELINE_PINS`] and [`ZARR_PINS`] installed;
+/// [`BASELINE_PINS`], [`ZARR_PINS`] and [`FUZZ_PINS`] installed;
 /// returns its python. A stamp file of the pins makes a second call install nothing.
 fn venv(dir: &Path) -> Result<PathBuf, String> {
     let python = dir.join("bin").join("python");
@@ -95,7 +107,7 @@ fn venv(dir: &Path) -> Result<PathBuf, String> {
         }
     }
     let stamp = dir.join("gpubuf-pins.txt");
-    let want = [&PIP_PINS[..], &ORACLE_PINS, &BASELINE_PINS, &ZARR_PINS].concat().join("\n");
+    let want = [&PIP_PINS[..], &ORACLE_PINS, &BASELINE_PINS, &ZARR_PINS, &FUZZ_PINS].concat().join("\n");
     if std::fs::read_to_string(&stamp).ok().as_deref() != Some(want.as_str()) {
         let pip = |extra: &[&str], pins: &[&str]| {
             let mut pip = Command::new(&python);
@@ -109,7 +121,7 @@ fn venv(dir: &Path) -> Result<PathBuf, String> {
             }
         };
         pip(&[], &PIP_PINS)?;
-        pip(&["--no-deps"], &[&ORACLE_PINS[..], &BASELINE_PINS, &ZARR_PINS].concat())?;
+        pip(&["--no-deps"], &[&ORACLE_PINS[..], &BASELINE_PINS, &ZARR_PINS, &FUZZ_PINS].concat())?;
         std::fs::write(&stamp, want).map_err(|e| format!("writing {}: {e}", stamp.display()))?;
     }
     Ok(python)
@@ -167,11 +179,16 @@ pub fn run(require: &str) -> Result<PyCounts, String> {
     let target = target_dir();
     let python = venv(&target.join("python-venv"))?;
     build_and_install(&python, &target)?;
+    let fuzz = std::env::var("GPUBUF_FUZZ_SECONDS").unwrap_or_else(|_| FUZZ_SECONDS.to_string());
+    println!(
+        "python: fuzz budget {fuzz} s (GPUBUF_FUZZ_SECONDS), corpus in crates/gpubuf-python/tests/fuzz/corpus"
+    );
     let mut pytest = Command::new(&python);
     pytest
         .args(["-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider"])
         .arg(root().join("crates/gpubuf-python/tests"))
-        .env("GPUBUF_REQUIRE", require);
+        .env("GPUBUF_REQUIRE", require)
+        .env("GPUBUF_FUZZ_SECONDS", &fuzz);
     let (lines, ok) = run_tee(&mut pytest);
     let mut counts = parse_summary(&lines).ok_or("pytest printed no summary line (no test ran)")?;
     if !ok && counts.failed == 0 {
