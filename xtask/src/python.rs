@@ -68,12 +68,15 @@ fn target_dir() -> PathBuf {
     std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root().join("target"), PathBuf::from)
 }
 
-/// Reads pytest's closing line (`3 failed, 58 passed, 2 skipped in 4.10s`, with or without
-/// the `=` rule around it); `None` when there is none.
+/// Reads pytest's closing line (`3 failed, 58 passed, 2 skipped in 4.10s`, or past a
+/// minute `in 84.92s (0:01:24)`, with or without the `=` rule around it); `None` when there
+/// is none.
 pub fn parse_summary(lines: &[String]) -> Option<PyCounts> {
     lines.iter().rev().find_map(|line| {
         let line = line.trim().trim_matches('=').trim();
         let (counts, time) = line.rsplit_once(" in ")?;
+        // `4.10s`, or past a minute `84.92s (0:01:24)`.
+        let time = time.split_once(" (").map_or(time, |(t, _)| t);
         if !time.trim_end().ends_with('s') {
             return None;
         }
@@ -228,6 +231,10 @@ mod tests {
             Some(PyCounts { passed: 61, ..PyCounts::default() })
         );
         assert_eq!(parse_summary(&l("1 error in 0.1s")), Some(PyCounts { failed: 1, ..PyCounts::default() }));
+        assert_eq!(
+            parse_summary(&l("375 passed, 1 skipped in 84.92s (0:01:24)")),
+            Some(PyCounts { passed: 375, skipped: 1, ..PyCounts::default() })
+        );
         assert_eq!(parse_summary(&l("no tests ran in 0.01s")), None);
         assert_eq!(parse_summary(&l("tests/test_pool.py ....")), None);
     }
