@@ -78,6 +78,15 @@ impl PyBufferizer {
             Some(buffer) => held.into_iter().map(|h| unshared(h, &buffer)).collect::<PyResult<Vec<_>>>()?,
             None => held,
         };
+        // Arrays rust-numpy cannot view as they are (strides that are not whole elements,
+        // unaligned data) are copied by numpy first; past 32 axes they are refused.
+        let held = held
+            .into_iter()
+            .map(|h| match h {
+                Held::Host(a) => crate::dtype::viewable(a).map(Held::Host),
+                device => Ok(device),
+            })
+            .collect::<PyResult<Vec<_>>>()?;
         let guards = held
             .iter()
             .map(|h| match h {
