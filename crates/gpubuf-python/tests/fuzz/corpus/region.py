@@ -25,3 +25,8 @@ CASES += [
     (((3, 2, 130), "uint8", (slice(None, None, -1),), True, ()), (Ellipsis, slice(1, 129)), "array",
      ((3, 2, 128), "uint8", (slice(None, None, -1), slice(None, None, 1), slice(None, None, 2)), False), "pool"),
 ]
+# Floats into integers: numpy's own cast (in range; out of range numpy leaves undefined).
+CASES += [
+    (((2, 2, 65), "uint32", (), False, ()), (slice(None, None, 2), slice(None, None, -1), slice(0, None)), "array",
+     ((1, 2, 65), "float32", (), False), "setitem"),
+]
