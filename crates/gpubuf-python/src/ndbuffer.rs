@@ -280,8 +280,10 @@ impl PyNDBuffer {
     /// The bytes of this C-contiguous array seen as ``dtype`` (numpy's ``view``): the last
     /// axis scales by the ratio of the element sizes. No copy.
     ///
-    /// Raises ``InvalidArgumentError`` for a strided array or a last axis whose bytes do
-    /// not divide into the new elements; ``DTypeMismatchError`` for a dtype gpubuf lacks.
+    /// Raises ``InvalidArgumentError`` for a strided array, a last axis whose bytes do
+    /// not divide into the new elements, or a first byte inside an element of the new
+    /// dtype (numpy allows such unaligned views; gpubuf's arrays start on a whole element);
+    /// ``DTypeMismatchError`` for a dtype gpubuf lacks.
     fn view(&self, dtype: &Bound<'_, PyAny>) -> PyResult<Self> {
         let d = parse_dtype(dtype)?;
         Ok(PyNDBuffer { array: crate::reshape::reinterpret(&self.array, d)? })

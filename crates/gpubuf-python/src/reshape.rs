@@ -43,8 +43,9 @@ pub fn resolve_shape(shape: &[i128], size: usize, from: &[usize]) -> PyResult<Ve
 /// axis scales by the ratio of the element sizes; no copy.
 ///
 /// # Errors
-/// `InvalidArgumentError` when the array is not C-contiguous or its last axis's bytes do
-/// not divide into the new elements (a 0-d array needs equal sizes); layout errors.
+/// `InvalidArgumentError` when the array is not C-contiguous, its last axis's bytes do
+/// not divide into the new elements (a 0-d array needs equal sizes) or its first byte is
+/// not a multiple of the new element size from its buffer's start; layout errors.
 pub fn reinterpret(array: &AnyArray, dtype: gpubuf::DType) -> PyResult<AnyArray> {
     let from = array.dtype().size();
     let to = dtype.size();

@@ -11,3 +11,5 @@ CASES = [
     (((2, 3), "int32", (), True, ()), (-1, -1)),
     (((2, 3), "int32", (), True, ()), (2**40, 2**40, -2)),
 ]
+# Extents no layout holds, on an empty array.
+CASES += [(((0, 0, 0, 0), "uint8", (), False, ()), (0, 2**40, 2**40))]
