@@ -352,8 +352,10 @@ pub(crate) fn numpy_quantity(
     if let Some(a) = adopt(arr, dtype, device, false)? {
         return Ok((a, None));
     }
+    // Strides of partial elements or an unaligned start: read from numpy's own copy.
+    let src = crate::dtype::viewable(arr.clone())?;
     let array = with_dtype!(dtype, T => {
-        let typed = arr.cast::<numpy::PyArrayDyn<T>>()?;
+        let typed = src.cast::<numpy::PyArrayDyn<T>>()?;
         let ro = typed.try_readonly().map_err(|e| invalid(e.to_string()))?;
         let view = ro.as_array();
         let dev = device.clone();

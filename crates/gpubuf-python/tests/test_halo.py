@@ -147,6 +147,19 @@ def test_strided_arrays_are_adopted_with_their_strides(cpu):
     np.testing.assert_array_equal(big[mask], before[mask])
 
 
+def test_unaligned_array_packs_from_numpy_copy(backend):
+    dims = (X, Y)
+    a = field((9, 9), 11)
+    raw = np.zeros(a.nbytes + 1, np.uint8)
+    u = np.ndarray(a.shape, np.float64, buffer=raw, offset=1)  # data 1 byte past an element boundary
+    u[...] = a
+    q = qspec(u, dims)
+    s = gpubuf.HaloExchangeSpec(q, (slice(2, 4), slice(2, 7)), 0, (slice(0, 2), slice(2, 7)))
+    t = gpubuf.HaloDataTransformer.get(np, [s], backend=backend)
+    t.async_pack([u])  # neither adopted nor read in place: numpy copies it aligned first
+    np.testing.assert_array_equal(t.get_pack_buffer().to_numpy(), a[2:4, 2:7].ravel())
+
+
 def test_readonly_array_packs_and_refuses_unpack(backend):
     dims = (X, Y)
     a = field((9, 9), 10)
