@@ -107,18 +107,8 @@ fn extreme_shared_memory_sizes_do_not_wrap() {
     assert!(none.check_args(&[KernelArg::<()>::U32(0)]).is_err());
 }
 
-/// NVRTC is there, or the test is skipped (a failure when `GPUBUF_REQUIRE` names nvrtc).
-fn nvrtc() -> bool {
-    let required = std::env::var("GPUBUF_REQUIRE").map(|v| v.contains("nvrtc")).unwrap_or(false);
-    match gpubuf_cuda::nvrtc_available() {
-        Ok(()) => true,
-        Err(e) if required => panic!("NVRTC required (GPUBUF_REQUIRE has nvrtc) but unavailable: {e}"),
-        Err(e) => {
-            eprintln!("nvrtc skipped: {e}");
-            false
-        }
-    }
-}
+mod common;
+use common::nvrtc;
 
 /// Unicode in a source, a kernel that is not `extern "C"`, and the same source compiled
 /// from several threads at once.

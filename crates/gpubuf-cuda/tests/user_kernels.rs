@@ -3,22 +3,12 @@
 
 use gpubuf_core::kernel::KernelArg;
 use gpubuf_core::{BackendKind, Error};
+use gpubuf_cuda::compile_user_ptx;
 use gpubuf_cuda::nvrtc::{build_options, NO_FMAD};
 use gpubuf_cuda::ptx::{entries, ParamKind, Signature};
-use gpubuf_cuda::{compile_user_ptx, nvrtc_available};
 
-/// NVRTC is there, or the test is skipped (a failure when `GPUBUF_REQUIRE` names nvrtc).
-fn nvrtc() -> bool {
-    let required = std::env::var("GPUBUF_REQUIRE").map(|v| v.contains("nvrtc")).unwrap_or(false);
-    match nvrtc_available() {
-        Ok(()) => true,
-        Err(e) if required => panic!("NVRTC required (GPUBUF_REQUIRE has nvrtc) but unavailable: {e}"),
-        Err(e) => {
-            eprintln!("nvrtc skipped: {e}");
-            false
-        }
-    }
-}
+mod common;
+use common::nvrtc;
 
 const KERNELS: &str = r#"
 struct Pair { double a; int b; };

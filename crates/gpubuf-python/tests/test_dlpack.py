@@ -11,6 +11,7 @@ import pytest
 
 import gpubuf
 from gpubuf import _gpubuf as native
+from fuzz.hostile import DLDataType, DLDevice, DLTensor  # the DLPack structs, declared once
 
 KDLCPU, KDLCUDA = 1, 2
 
@@ -61,32 +62,12 @@ def test_cpu_capsule_reads_back(cpu):
 # runs: called by a consumer that took the capsule, or by the capsule's destructor.
 
 
-class _DLDevice(ctypes.Structure):
-    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
-
-
-class _DLDataType(ctypes.Structure):
-    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
-
-
-class _DLTensor(ctypes.Structure):
-    _fields_ = [
-        ("data", ctypes.c_void_p),
-        ("device", _DLDevice),
-        ("ndim", ctypes.c_int32),
-        ("dtype", _DLDataType),
-        ("shape", ctypes.POINTER(ctypes.c_int64)),
-        ("strides", ctypes.POINTER(ctypes.c_int64)),
-        ("byte_offset", ctypes.c_uint64),
-    ]
-
-
 class _DLManagedTensor(ctypes.Structure):
     pass
 
 
 _DELETER = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
-_DLManagedTensor._fields_ = [("dl_tensor", _DLTensor), ("manager_ctx", ctypes.c_void_p), ("deleter", _DELETER)]
+_DLManagedTensor._fields_ = [("dl_tensor", DLTensor), ("manager_ctx", ctypes.c_void_p), ("deleter", _DELETER)]
 _TENSORS = {}
 _NAME = ctypes.c_char_p(b"dltensor")  # the capsule keeps this pointer: it must outlive it
 _capsule_new = ctypes.pythonapi.PyCapsule_New
@@ -117,8 +98,8 @@ def foreign_capsule(shape, strides, code_bits, ptr, device, keep=None):
     n = len(shape)
     extents, steps = (ctypes.c_int64 * n)(*shape), (ctypes.c_int64 * n)(*strides)
     t = m.dl_tensor
-    t.data, t.device, t.ndim = ptr, _DLDevice(*device), n
-    t.dtype = _DLDataType(code_bits[0], code_bits[1], 1)
+    t.data, t.device, t.ndim = ptr, DLDevice(*device), n
+    t.dtype = DLDataType(code_bits[0], code_bits[1], 1)
     t.shape = ctypes.cast(extents, ctypes.POINTER(ctypes.c_int64))
     t.strides = ctypes.cast(steps, ctypes.POINTER(ctypes.c_int64))
     m.deleter = _delete

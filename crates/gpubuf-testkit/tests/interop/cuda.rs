@@ -10,7 +10,8 @@ use gpubuf::{Backend, Buffer as GBuffer, Error, NDBuffer, Order, Result};
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::sync::Arc;
 
-const KERNELS: &str = r#"
+/// The kernels of the CUDA interop tests (`cuda_handles` launches `iota` and `gated` too).
+pub(crate) const KERNELS: &str = r#"
 extern "C" __global__ void iota(float* base, unsigned long long off, unsigned int n, float scale) {
     unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) base[off + i] = scale * (float)i;

@@ -10,21 +10,7 @@ use gpubuf::kernel::{KernelArg, Launch};
 use gpubuf::{Backend, Error, NDBuffer, Result};
 use std::time::Duration;
 
-const KERNELS: &str = r#"
-extern "C" __global__ void iota(float* base, unsigned long long off, unsigned int n, float scale) {
-    unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) base[off + i] = scale * (float)i;
-}
-// Spins until *flag is set (or about two seconds pass), then writes 1 (2 on a time-out).
-extern "C" __global__ void gated(const volatile int* flag, float* out) {
-    long long start = clock64();
-    int timed_out = 0;
-    while (*flag == 0) {
-        if (clock64() - start > 4000000000LL) { timed_out = 1; break; }
-    }
-    out[threadIdx.x] = timed_out ? 2.0f : 1.0f;
-}
-"#;
+use super::cuda::KERNELS;
 
 fn run(f: impl FnOnce(&CudaBackend) -> Result<()>) {
     gpubuf_testkit::run_cuda(f);
