@@ -153,7 +153,11 @@ pub fn count(lines: &[String]) -> Counts {
             section.closed = true;
             continue;
         }
-        if t.contains("process didn't exit successfully") {
+        // Cargo's word that this binary failed; with no `running N tests` before it, the
+        // binary (or the runner cargo gave it, as under Miri) died before any test.
+        if t.contains("process didn't exit successfully")
+            || t.starts_with("error: test failed, to rerun pass")
+        {
             section.died = true;
         }
         let Some(rest) = l.strip_prefix("test ") else { continue };
@@ -237,6 +241,15 @@ mod tests {
              Running tests/w.rs (w)\nrunning 3 tests\ntest w::a ... ok\ntest w::b ... ok\ntest w::c ... ok",
         ));
         assert_eq!((c.passed, c.failed, c.crashed.len()), (3, 2, 2));
+        // A runner that failed before the binary printed anything (cargo-miri's panic):
+        // cargo's `error: test failed` line alone marks it.
+        let c = count(&lines(
+            "Running unittests src/lib.rs (m-1)\nthread 'main' panicked at cargo-miri/src/util.rs\n\
+             error: test failed, to rerun pass `-p m --lib`\nRunning tests/n.rs (n-2)\nrunning 1 test\n\
+             test n ... FAILED\ntest result: FAILED. 0 passed; 1 failed\nerror: test failed, to rerun pass `-p m --test n`",
+        ));
+        assert_eq!((c.failed, c.crashed.len()), (2, 1));
+        assert!(c.crashed[0].starts_with("unittests src/lib.rs (m-1) did not exit"), "{:?}", c.crashed);
         // Complete runs count nothing extra, with or without cargo's lines.
         let c = count(&lines(
             "running 1 test\ntest q ... ok\ntest result: ok.\nrunning 0 tests\ntest result: ok.",
