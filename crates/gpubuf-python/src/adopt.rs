@@ -51,27 +51,33 @@ pub fn span_unaligned(data: usize, shape: &[usize], strides: &[isize], item: usi
         return None;
     }
     let item_i = i128::try_from(item).ok()?;
+    let elems = strides
+        .iter()
+        .map(|&s| (s as i128 % item_i == 0).then(|| isize::try_from(s as i128 / item_i).ok()).flatten())
+        .collect::<Option<Vec<isize>>>()?;
+    let (base, len, low) = extent(data, shape, strides, item)?;
+    let offset = usize::try_from(-low / item_i).ok()?;
+    Some(Span { base, len, strides: elems, offset })
+}
+
+/// The bytes a non-empty array's elements lie in: `(first byte, length, low)` where `low`
+/// (at most 0) is the first byte's distance from element `[0, ..., 0]`; `None` when a
+/// number does not fit or the range passes the end of the address space.
+fn extent(data: usize, shape: &[usize], strides: &[isize], item: usize) -> Option<(usize, usize, i128)> {
     let (mut low, mut high) = (0i128, 0i128);
-    let mut elems = Vec::with_capacity(strides.len());
     for (&n, &s) in shape.iter().zip(strides) {
-        let s = i128::try_from(s).ok()?;
-        if s % item_i != 0 {
-            return None;
-        }
-        elems.push(isize::try_from(s / item_i).ok()?);
-        let reach = s.checked_mul(i128::try_from(n).ok()? - 1)?;
+        let reach = i128::try_from(s).ok()?.checked_mul(i128::try_from(n).ok()? - 1)?;
         if reach < 0 {
             low = low.checked_add(reach)?;
         } else {
             high = high.checked_add(reach)?;
         }
     }
-    let base = i128::try_from(data).ok()?.checked_add(low)?;
-    let len = high.checked_sub(low)?.checked_add(item_i)?;
-    let (base, len) = (usize::try_from(base).ok()?, usize::try_from(len).ok()?);
-    base.checked_add(len)?;
-    let offset = usize::try_from(-low / item_i).ok()?;
-    Some(Span { base, len, strides: elems, offset })
+    let start = i128::try_from(data).ok()?.checked_add(low)?;
+    let len = high.checked_sub(low)?.checked_add(i128::try_from(item).ok()?)?;
+    let (start, len) = (usize::try_from(start).ok()?, usize::try_from(len).ok()?);
+    start.checked_add(len)?;
+    Some((start, len, low))
 }
 
 /// The address of a numpy array's element `[0, ..., 0]` (numpy's `ctypes.data`, read
@@ -155,21 +161,7 @@ pub fn byte_extent(data: usize, shape: &[usize], strides: &[isize], item: usize)
     if shape.contains(&0) {
         return None;
     }
-    let extent = || -> Option<(usize, usize)> {
-        let (mut low, mut high) = (0i128, 0i128);
-        for (&n, &s) in shape.iter().zip(strides) {
-            let reach = i128::try_from(s).ok()?.checked_mul(i128::try_from(n).ok()? - 1)?;
-            if reach < 0 {
-                low = low.checked_add(reach)?;
-            } else {
-                high = high.checked_add(reach)?;
-            }
-        }
-        let start = i128::try_from(data).ok()?.checked_add(low)?;
-        let len = high.checked_sub(low)?.checked_add(i128::try_from(item).ok()?)?;
-        Some((usize::try_from(start).ok()?, usize::try_from(len).ok()?))
-    };
-    Some(extent().unwrap_or((0, usize::MAX)))
+    Some(extent(data, shape, strides, item).map_or((0, usize::MAX), |(start, len, _)| (start, len)))
 }
 
 /// Whether the elements of the numpy array `arr` share a byte with `memory`. Only CPU
