@@ -130,6 +130,16 @@ impl<B: Backend> Buffer<B> {
         &self.memory
     }
 
+    /// Whether this buffer and `other` are views of one allocation with at least one byte
+    /// in common, also when they are typed by different handles of one device (see
+    /// [`Buffer::to_backend`]).
+    pub fn shares_memory<B2: Backend>(&self, other: &Buffer<B2>) -> bool {
+        self.backend.kind() == other.backend.kind()
+            && self.memory.id() == other.memory.id()
+            && self.offset < other.offset.saturating_add(other.len)
+            && other.offset < self.offset.saturating_add(self.len)
+    }
+
     /// The view as a [`MemRef`] for backend calls.
     pub fn memref(&self) -> MemRef<'_, B::Memory> {
         MemRef { memory: &*self.memory, offset: self.offset, len: self.len }
@@ -234,6 +244,12 @@ impl<B: Backend> Buffer<B> {
     /// This buffer on `target`: the same storage (zero-copy) when `target` is this buffer's
     /// own device, otherwise a copy through host memory.
     ///
+    /// "The same device" includes another handle type for it: a `Buffer<gpubuf::Device>`
+    /// given the concrete backend its device holds (`device.as_cpu()`, `as_opencl()`,
+    /// `as_cuda()`), and the converse, share the allocation ([`Backend::memory_to`],
+    /// [`Backend::memory_from`]); writes through one are seen through the other. Ask
+    /// [`Buffer::shares_memory`] to tell.
+    ///
     /// # Errors
     /// Allocation and driver errors of the copy.
     pub fn to_backend<B2: Backend>(&self, target: &B2) -> Result<Buffer<B2>> {
@@ -244,6 +260,19 @@ impl<B: Backend> Buffer<B> {
                     return Ok(*b);
                 }
             }
+        }
+        let shared = self
+            .backend
+            .memory_to(&self.memory, target)
+            .or_else(|| target.memory_from(&self.backend, &self.memory));
+        if let Some(memory) = shared {
+            return Ok(Buffer {
+                backend: target.clone(),
+                memory,
+                offset: self.offset,
+                len: self.len,
+                lease: self.lease.clone(),
+            });
         }
         let bytes = self.to_vec()?;
         Buffer::from_bytes(target, &bytes)

@@ -105,7 +105,9 @@ impl<B: Kernels, T: Element> NDBuffer<B, T> {
         Ok(NDBuffer { buffer, layout, _t: PhantomData })
     }
 
-    /// The array on `target`: zero-copy when it is this array's device, else a copy.
+    /// The array on `target`: zero-copy when it is this array's device (also under another
+    /// handle type: a `gpubuf::Device` and the concrete backend it holds, see
+    /// [`Buffer::to_backend`]), else a copy.
     ///
     /// # Errors
     /// Allocation and driver errors of the copy.

@@ -13,6 +13,7 @@
 
 use crate::{CopyPlan, DType, Error, Result};
 use std::fmt;
+use std::sync::Arc;
 
 /// Which backend implementation a handle belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -209,6 +210,24 @@ pub trait Backend: Allocator + Clone + fmt::Debug {
 
     /// Whether two handles address the same device and context (memory can be shared).
     fn same_device(&self, other: &Self) -> bool;
+
+    /// `memory`, an allocation of this handle, as an allocation of `target` without a copy,
+    /// when `target` is another handle type for this same device (a run-time
+    /// `gpubuf::Device` and the concrete backend it holds); `None` otherwise. The two share
+    /// the allocation (and, on the CPU, its borrow tracking). The default answers `None`:
+    /// only a handle that holds another backend's allocations overrides it.
+    fn memory_to<B2: Backend>(&self, memory: &Arc<Self::Memory>, target: &B2) -> Option<Arc<B2::Memory>> {
+        let _ = (memory, target);
+        None
+    }
+
+    /// The converse of [`Backend::memory_to`]: `memory`, an allocation of `source`, as an
+    /// allocation of this handle without a copy, when both name the same device; `None`
+    /// otherwise (the default).
+    fn memory_from<B1: Backend>(&self, source: &B1, memory: &Arc<B1::Memory>) -> Option<Arc<Self::Memory>> {
+        let _ = (source, memory);
+        None
+    }
 
     /// The stream used when none is given.
     fn default_stream(&self) -> &Self::Stream;

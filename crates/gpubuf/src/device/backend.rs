@@ -7,6 +7,8 @@ use super::{Device, Inner};
 use gpubuf_core::{
     Allocator, Backend, BackendKind, CopyPlan, DType, DeviceInfo, Kernels, MemRef, MemoryInfo, Result,
 };
+use std::any::Any;
+use std::sync::Arc;
 
 /// Runs `$body` with `$b` bound to the held backend, typed as itself.
 macro_rules! each {
@@ -166,6 +168,18 @@ impl Backend for Device {
         each!(self, b => b.info())
     }
 
+    /// The held backend's own allocation, shared, when `target` is that backend's handle
+    /// for the same device.
+    fn memory_to<B2: Backend>(&self, memory: &Arc<Memory>, target: &B2) -> Option<Arc<B2::Memory>> {
+        each!(self, b => share_to(b, memory, target))
+    }
+
+    /// An allocation of the held backend's own handle type, wrapped without a copy, when
+    /// `source` is that handle for the same device.
+    fn memory_from<B1: Backend>(&self, source: &B1, memory: &Arc<B1::Memory>) -> Option<Arc<Memory>> {
+        each!(self, b => share_from(b, source, memory))
+    }
+
     #[inline]
     /// Whether both hold the same backend and it says they share a device.
     fn same_device(&self, other: &Self) -> bool {
@@ -277,4 +291,30 @@ impl Kernels for Device {
     ) -> Result<()> {
         each!(self, b => scatter(b, s, p, src, targets))
     }
+}
+
+/// `memory` (of `held`, a device's backend) as `target`'s allocation type, when `target` is
+/// `held`'s own type for the same device.
+fn share_to<X: Variant, B2: Backend>(held: &X, memory: &Memory, target: &B2) -> Option<Arc<B2::Memory>> {
+    let target = (target as &dyn Any).downcast_ref::<X>()?;
+    if !held.same_device(target) {
+        return None;
+    }
+    let shared: Box<dyn Any> = Box::new(X::shared_memory(memory)?.clone());
+    shared.downcast::<Arc<B2::Memory>>().ok().map(|b| *b)
+}
+
+/// `memory` of `source` wrapped as a device allocation, when `source` is `held`'s own type
+/// for the same device.
+fn share_from<X: Variant, B1: Backend>(
+    held: &X,
+    source: &B1,
+    memory: &Arc<B1::Memory>,
+) -> Option<Arc<Memory>> {
+    let source = (source as &dyn Any).downcast_ref::<X>()?;
+    if !held.same_device(source) {
+        return None;
+    }
+    let own = (memory as &dyn Any).downcast_ref::<Arc<X::Memory>>()?;
+    Some(Arc::new(X::wrap_shared(own.clone())))
 }

@@ -2,20 +2,25 @@
 //! [`Variant`] trait that picks a backend's own type out of them.
 
 use gpubuf_core::{BackendKind, CopyPlan, DType, DeviceMemory, Error, Kernels, PreparedPlan};
+use std::sync::Arc;
 
 macro_rules! part_enum {
     ($(#[$doc:meta])* $name:ident, $what:literal, $cpu:ty, $cl:ty, $cuda:ty, $($derive:ident),*) => {
+        part_enum!($(#[$doc])* $name, $what, $cpu, $cl, $cuda, $cpu, $cl, $cuda, $($derive),*);
+    };
+    ($(#[$doc:meta])* $name:ident, $what:literal, $cpu:ty, $cl:ty, $cuda:ty,
+     $vcpu:ty, $vcl:ty, $vcuda:ty, $($derive:ident),*) => {
         $(#[$doc])*
         #[derive(Debug, $($derive),*)]
         pub enum $name {
             #[doc = concat!("A ", $what, " of the CPU backend.")]
-            Cpu($cpu),
+            Cpu($vcpu),
             #[doc = concat!("A ", $what, " of the OpenCL backend.")]
             #[cfg(feature = "opencl")]
-            OpenCl($cl),
+            OpenCl($vcl),
             #[doc = concat!("A ", $what, " of the CUDA backend.")]
             #[cfg(feature = "cuda")]
-            Cuda($cuda),
+            Cuda($vcuda),
         }
 
         impl $name {
@@ -61,8 +66,11 @@ macro_rules! part_enum {
 }
 
 part_enum!(
-    /// An allocation of a [`super::Device`]: the chosen backend's own memory.
+    /// An allocation of a [`super::Device`]: the chosen backend's own memory, shared (the
+    /// same allocation is a `Buffer<Device>` and a buffer of the concrete backend at once,
+    /// see `Buffer::to_backend`).
     Memory, "allocation", gpubuf_cpu::CpuMemory, gpubuf_opencl::ClMemory, gpubuf_cuda::CudaMemory,
+    Arc<gpubuf_cpu::CpuMemory>, Arc<gpubuf_opencl::ClMemory>, Arc<gpubuf_cuda::CudaMemory>,
 );
 part_enum!(
     /// A stream of a [`super::Device`]. Cloning gives another handle to the same queue.
@@ -143,6 +151,10 @@ pub(crate) trait Variant: Kernels {
     fn memory(m: &Memory) -> Option<&Self::Memory>;
     /// Wraps an allocation.
     fn wrap_memory(m: Self::Memory) -> Memory;
+    /// This backend's allocation as it is shared, or `None` for another backend's.
+    fn shared_memory(m: &Memory) -> Option<&Arc<Self::Memory>>;
+    /// Wraps a shared allocation (no copy: both handles then name one allocation).
+    fn wrap_shared(m: Arc<Self::Memory>) -> Memory;
     /// This backend's stream, or `None`.
     fn stream(s: &Stream) -> Option<&Self::Stream>;
     /// Wraps a stream.
@@ -170,6 +182,18 @@ macro_rules! variant {
             }
             #[inline]
             fn wrap_memory(m: Self::Memory) -> Memory {
+                Memory::$v(Arc::new(m))
+            }
+            #[inline]
+            fn shared_memory(m: &Memory) -> Option<&Arc<Self::Memory>> {
+                match m {
+                    Memory::$v(x) => Some(x),
+                    #[allow(unreachable_patterns)]
+                    _ => None,
+                }
+            }
+            #[inline]
+            fn wrap_shared(m: Arc<Self::Memory>) -> Memory {
                 Memory::$v(m)
             }
             #[inline]
