@@ -145,7 +145,7 @@ pub fn adopt(
     // Python users (docs/python.md: no access from another thread while a gpubuf call on
     // the same array runs); this crate forms no Rust reference to the bytes.
     let memory = unsafe { CpuMemory::adopt_raw(ptr, s.len, owner) }.map_err(crate::errors::to_py)?;
-    let buffer = Buffer::from_memory(device, Memory::Cpu(memory));
+    let buffer = Buffer::from_memory(device, Memory::Cpu(memory.into()));
     let layout = Layout::new(arr.shape().to_vec(), s.strides, s.offset).map_err(crate::errors::to_py)?;
     let array = with_dtype!(dtype, T => {
         NDBuffer::<Device, T>::from_buffer_layout(buffer, layout).map(T::wrap).map_err(crate::errors::to_py)?

@@ -276,7 +276,7 @@ pub(crate) fn adopted_array(
     drop(buffer);
     let memory = std::sync::Arc::try_unwrap(memory)
         .map_err(|_| invalid("the adopted CUDA memory is shared (not expected)"))?;
-    let buffer = gpubuf::Buffer::from_memory(device, gpubuf::device::Memory::Cuda(memory));
+    let buffer = gpubuf::Buffer::from_memory(device, gpubuf::device::Memory::Cuda(memory.into()));
     let layout = Layout::new(shape, strides, offset).py()?;
     let array = with_dtype!(dtype, T => {
         NDBuffer::<Device, T>::from_buffer_layout(buffer, layout).map(T::wrap).py()?
