@@ -15,13 +15,18 @@
 //! # Ok::<(), gpubuf_core::Error>(())
 //! ```
 
+pub mod args;
 mod buffer;
 mod host;
 mod ndbuffer;
+pub mod region;
+mod view_as;
 
+pub use args::{Arg, Args};
 pub use buffer::Buffer;
 pub use host::c_order_vec;
 /// The ndarray crate (version 0.17) that [`NDBuffer::from_ndarray`] and
 /// [`NDBuffer::to_ndarray`] speak.
 pub use ndarray;
 pub use ndbuffer::NDBuffer;
+pub use region::RegionPlans;

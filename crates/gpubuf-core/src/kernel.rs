@@ -68,6 +68,81 @@ impl<M> KernelArg<'_, M> {
     }
 }
 
+/// A scalar argument of a kernel launch, by its C type (OpenCL C names; CUDA C: `int`,
+/// `unsigned int`, `long long`, `unsigned long long`, `float`, `double`).
+///
+/// ```
+/// use gpubuf_core::kernel::Scalar;
+///
+/// assert_eq!(Scalar::from(0.5f64), Scalar::F64(0.5));
+/// assert_eq!(Scalar::from(3u32).get::<u32>(), Some(3));
+/// assert_eq!(Scalar::from(3u32).get::<i32>(), None); // no conversion between types
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Scalar {
+    /// `int`.
+    I32(i32),
+    /// `uint` (`unsigned int`).
+    U32(u32),
+    /// `long` (CUDA: `long long`).
+    I64(i64),
+    /// `ulong` (CUDA: `unsigned long long`).
+    U64(u64),
+    /// `float`.
+    F32(f32),
+    /// `double`.
+    F64(f64),
+}
+
+impl Scalar {
+    /// The value as a [`KernelArg`] of any memory type.
+    pub fn arg<'a, M>(self) -> KernelArg<'a, M> {
+        match self {
+            Scalar::I32(v) => KernelArg::I32(v),
+            Scalar::U32(v) => KernelArg::U32(v),
+            Scalar::I64(v) => KernelArg::I64(v),
+            Scalar::U64(v) => KernelArg::U64(v),
+            Scalar::F32(v) => KernelArg::F32(v),
+            Scalar::F64(v) => KernelArg::F64(v),
+        }
+    }
+
+    /// The OpenCL C name of its type (`"int"`, `"ulong"`, ...).
+    pub fn c_type(self) -> &'static str {
+        self.arg::<()>().c_type().unwrap_or("?")
+    }
+
+    /// The value as a `T`, when it holds one (no conversion: an `I32` is not an `i64`).
+    pub fn get<T: ScalarValue>(self) -> Option<T> {
+        T::from_scalar(self)
+    }
+}
+
+/// A Rust type a [`Scalar`] holds: `i32`, `u32`, `i64`, `u64`, `f32`, `f64`.
+pub trait ScalarValue: Copy + Into<Scalar> {
+    /// The value, when `s` holds this type.
+    fn from_scalar(s: Scalar) -> Option<Self>;
+}
+
+macro_rules! scalar_value {
+    ($($t:ty => $v:ident),*) => {$(
+        impl From<$t> for Scalar {
+            fn from(v: $t) -> Self {
+                Scalar::$v(v)
+            }
+        }
+        impl ScalarValue for $t {
+            fn from_scalar(s: Scalar) -> Option<Self> {
+                match s {
+                    Scalar::$v(v) => Some(v),
+                    _ => None,
+                }
+            }
+        }
+    )*};
+}
+scalar_value!(i32 => I32, u32 => U32, i64 => I64, u64 => U64, f32 => F32, f64 => F64);
+
 /// The work sizes of a launch: a global size per dimension (1 to [`MAX_WORK_DIMS`]) and
 /// optionally a work-group size per dimension that divides it.
 #[derive(Debug, Clone, PartialEq, Eq)]
