@@ -23,6 +23,7 @@ mod artifacts;
 mod bundle;
 mod cudagen;
 mod deps;
+mod doccover;
 mod miri;
 mod mpi;
 mod python;
@@ -44,6 +45,7 @@ fn main() -> ExitCode {
             problems.is_empty()
         }
         "gpu-bundle" => bundle::build(),
+        "doc-coverage" => doccover::check(),
         "python" => python::command(),
         "cuda-kernels" if std::env::args().nth(2).as_deref() == Some("--check") => {
             let mut tally = summary::Tally::default();
@@ -56,7 +58,7 @@ fn main() -> ExitCode {
         "cuda-kernels" => cudagen::generate(),
         _ => {
             eprintln!(
-                "usage: cargo xtask <test-all | install-deps | gpu-bundle | cuda-kernels [--check] | python>"
+                "usage: cargo xtask <test-all | install-deps | gpu-bundle | cuda-kernels [--check] | doc-coverage | python>"
             );
             false
         }

@@ -3,7 +3,7 @@
 use crate::deps;
 use crate::sh::{self, capture, run_ok, run_tee};
 use crate::summary::{count, Tally};
-use crate::{cudagen, miri, mpi, python};
+use crate::{cudagen, doccover, miri, mpi, python};
 use std::collections::BTreeMap;
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -91,6 +91,9 @@ pub fn test_all() -> bool {
         )
     });
     tally.step("doc", ok);
+    if ok {
+        tally.step("doc coverage (every member crate's item in gpubuf's docs)", doccover::check());
+    }
     lap.mark("deps, fmt, clippy, doc");
     limited(&mut tally, "cuda kernels", 10, cudagen::check);
     lap.mark("cuda kernels");

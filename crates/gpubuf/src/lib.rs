@@ -40,32 +40,43 @@ pub use device::Device;
 /// The ndarray crate (version 0.17) that gpubuf's host interop speaks.
 pub use gpubuf_buffer::ndarray;
 pub use gpubuf_buffer::{c_order_vec, Buffer, NDBuffer};
+/// The buffer crate: [`Buffer`], [`NDBuffer`] and their helpers.
+#[doc(inline)]
+pub use gpubuf_buffer as buffer;
 /// The bufferizer crate.
+#[doc(inline)]
 pub use gpubuf_bufferizer as bufferizer;
 pub use gpubuf_bufferizer::Bufferizer;
 pub use gpubuf_core::*;
 /// The halo transformer crate.
+#[doc(inline)]
 pub use gpubuf_halo as halo;
 pub use gpubuf_halo::{Boundary, Dim, HaloDataTransformer, HaloExchangeSpec, QuantityHaloSpec};
 /// The mirror crate.
+#[doc(inline)]
 pub use gpubuf_mirror as mirror;
 pub use gpubuf_mirror::{DirtyPolicy, Mirror};
 /// The memory pool crate.
+#[doc(inline)]
 pub use gpubuf_pool as pool;
 pub use gpubuf_pool::{MemoryPool, PooledBuffer};
 pub use select::{compiled, devices, status, with_backend, BackendStatus, BackendVisitor};
 
 /// The CPU backend crate.
 #[cfg(feature = "cpu")]
+#[doc(inline)]
 pub use gpubuf_cpu as cpu;
 #[cfg(feature = "cpu")]
 pub use gpubuf_cpu::CpuView;
 /// The CUDA backend crate.
 #[cfg(feature = "cuda")]
+#[doc(inline)]
 pub use gpubuf_cuda as cuda;
 /// Halo exchange across MPI ranks.
 #[cfg(feature = "mpi")]
+#[doc(inline)]
 pub use gpubuf_mpi as mpi;
 /// The OpenCL backend crate.
 #[cfg(feature = "opencl")]
+#[doc(inline)]
 pub use gpubuf_opencl as opencl;
