@@ -28,6 +28,7 @@ mod error;
 pub mod kernel;
 mod layout;
 mod plan;
+mod reshape;
 mod segment;
 
 pub use backend::{
