@@ -73,7 +73,7 @@ pub enum Error {
         adding: usize,
     },
     /// An index or byte range lies outside the object it addresses.
-    #[error("out of bounds: {what} (range {start}..{end} of length {len})")]
+    #[error("out of bounds: {what} ({} of length {len})", fmt_range(*start, *end))]
     OutOfBounds {
         /// What was addressed.
         what: String,
@@ -208,6 +208,17 @@ impl std::fmt::Display for PoolStats {
     }
 }
 
+/// A requested range for a message. An end of `usize::MAX` is where a start plus a length
+/// that overflowed was clamped: the message says the range reaches at least that far, not
+/// that it is empty.
+fn fmt_range(start: usize, end: usize) -> String {
+    if end == usize::MAX {
+        format!("range {start}..usize::MAX or past it (its end overflows usize)")
+    } else {
+        format!("range {start}..{end}")
+    }
+}
+
 fn fmt_elements(elements: Option<(crate::DType, usize)>) -> String {
     match elements {
         Some((dtype, 1)) => format!(" (1 {dtype} element)"),
@@ -308,5 +319,16 @@ mod stats_tests {
         let huge =
             PoolStats { held_bytes: usize::MAX, hits: u64::MAX, misses: u64::MAX, ..PoolStats::default() };
         assert!(huge.to_string().contains("16.0 EiB") && huge.to_string().contains("(50.0% hits)"));
+    }
+
+    #[test]
+    fn an_overflowing_range_is_not_shown_empty() {
+        let e = |start, end| {
+            Error::OutOfBounds { what: "buffer range (bytes)".into(), start, end, len: 16 }.to_string()
+        };
+        assert_eq!(e(4, 20), "out of bounds: buffer range (bytes) (range 4..20 of length 16)");
+        let huge = e(usize::MAX, usize::MAX);
+        assert!(huge.contains("usize::MAX or past it"), "{huge}");
+        assert!(!huge.contains(&format!("{0}..{0}", usize::MAX)), "{huge}");
     }
 }

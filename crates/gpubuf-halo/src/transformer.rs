@@ -78,7 +78,8 @@ fn check_dtypes<T: Element>(specs: &[&HaloExchangeSpec]) -> Result<()> {
 
 impl<B: Kernels, T: Element> HaloDataTransformer<B, T> {
     /// A transformer for scalar specs (`y = None`) or vector specs (x and y lists of equal
-    /// length), with its own stream and buffers allocated from the device.
+    /// length), with buffers allocated from the device; packs and unpacks queue on the
+    /// backend's default stream (another with [`HaloDataTransformer::set_stream`]).
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for an empty list, lists of different lengths or mixed
