@@ -328,6 +328,31 @@ impl<'a, B: Backend> Args<'a, B> {
     }
 }
 
+impl<'a, B: Backend> Args<'a, B> {
+    /// [`Args::lower`] against the device of the first array (every array must be on it);
+    /// for a backend whose launch checks the device of each allocation itself.
+    ///
+    /// # Errors
+    /// As [`Args::lower`].
+    pub fn lower_together<N>(
+        &self,
+        memory: impl FnMut(&'a B::Memory) -> Option<&'a N>,
+    ) -> Result<Vec<Part<'a, N>>> {
+        let first = self.items.iter().find_map(|a| match a {
+            Arg::Array(a) => Some(a.buffer.backend()),
+            Arg::Scalar(_) => None,
+        });
+        match first {
+            Some(b) => self.lower(b, memory),
+            None => Ok(self
+                .items
+                .iter()
+                .filter_map(|a| if let Arg::Scalar(s) = a { Some(Part::Scalar(*s)) } else { None })
+                .collect()),
+        }
+    }
+}
+
 /// The layout of array argument `i` measured from its allocation's first element, after
 /// checking it against its buffer and the allocation (`alloc_len` bytes).
 fn measure<B: Backend>(i: usize, a: &ArrayArg<'_, B>, alloc_len: usize) -> Result<Layout> {

@@ -29,12 +29,14 @@
 mod array;
 mod backend;
 pub mod baseline;
+mod borrow;
 mod huge;
 pub mod interop;
 mod kernels;
 mod memory;
 mod rows;
 mod team;
+mod user_kernel;
 mod view;
 
 pub use array::{with_array, with_array_mut, CpuStorage};
@@ -43,4 +45,5 @@ pub use kernels::run_plan_serial;
 pub use memory::{CpuMemory, ALIGN};
 /// The ndarray crate whose views [`CpuView`] lends (use it to name their types).
 pub use ndarray;
+pub use user_kernel::{CpuElement, CpuKernel, CpuKernelArgs, CpuKernelFn};
 pub use view::CpuView;

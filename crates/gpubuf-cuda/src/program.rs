@@ -52,6 +52,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 mod launch;
+mod nd;
 
 /// An argument of a CUDA user kernel.
 pub type CudaArg<'a> = KernelArg<'a, CudaMemory>;

@@ -30,6 +30,7 @@ mod device;
 mod error;
 pub mod interop;
 mod kernels;
+mod nd_kernel;
 mod memory;
 mod owned;
 mod program;

@@ -84,8 +84,9 @@ impl std::fmt::Debug for UserProgram {
 /// What a kernel parameter takes, from its argument info.
 #[derive(Debug, Clone, PartialEq)]
 enum Param {
-    /// A `__global` or `__constant` pointer.
-    Memory,
+    /// A `__global` or `__constant` pointer, with the type it points to as declared
+    /// (`"double"` for `double*`).
+    Memory(String),
     /// A `__local` pointer.
     Local,
     /// A private scalar, by its OpenCL C name (one of [`SCALARS`]).
@@ -244,7 +245,9 @@ fn param(kernel: &Kernel, i: u32) -> Option<Param> {
     let pointer = ty.ends_with('*');
     Some(match space {
         _ if qualifier & u64::from(CL_KERNEL_ARG_TYPE_PIPE) != 0 => Param::Unsupported(format!("pipe {ty}")),
-        CL_KERNEL_ARG_ADDRESS_GLOBAL | CL_KERNEL_ARG_ADDRESS_CONSTANT if pointer => Param::Memory,
+        CL_KERNEL_ARG_ADDRESS_GLOBAL | CL_KERNEL_ARG_ADDRESS_CONSTANT if pointer => {
+            Param::Memory(ty.trim_end_matches('*').trim().to_string())
+        }
         CL_KERNEL_ARG_ADDRESS_LOCAL if pointer => Param::Local,
         CL_KERNEL_ARG_ADDRESS_PRIVATE if !pointer => scalar(&ty).map_or(Param::Unsupported(ty), Param::Value),
         _ => Param::Unsupported(ty),
@@ -273,6 +276,16 @@ impl UserKernel {
     /// How many arguments the kernel takes.
     pub fn num_args(&self) -> usize {
         self.inner.num_args
+    }
+
+    /// The type `__global`/`__constant` pointer parameter `i` points to, as the kernel
+    /// declares it (`"double"` for `__global const double*`), when the implementation
+    /// reports argument info; `None` for another parameter.
+    pub fn pointee(&self, i: usize) -> Option<&str> {
+        match self.inner.params.as_ref()?.get(i)? {
+            Param::Memory(t) => Some(t),
+            _ => None,
+        }
     }
 
     /// Checks `args` against the kernel's parameters: the count; per argument, a buffer for
@@ -305,7 +318,7 @@ impl UserKernel {
         let mut local = inner.static_local;
         for (i, (p, a)) in params.iter().zip(args).enumerate() {
             let ok = match (p, a) {
-                (Param::Memory, KernelArg::Memory(_)) => true,
+                (Param::Memory(_), KernelArg::Memory(_)) => true,
                 (Param::Local, KernelArg::Local(0)) => {
                     return Err(Error::invalid(format!(
                         "argument {i} of {name}: zero bytes of local memory"
@@ -327,7 +340,7 @@ impl UserKernel {
             };
             if !ok {
                 let want = match p {
-                    Param::Memory => "a device buffer".to_string(),
+                    Param::Memory(_) => "a device buffer".to_string(),
                     Param::Local => "local memory".to_string(),
                     Param::Value(t) => format!("a scalar {t}"),
                     Param::Unsupported(t) => t.clone(),

@@ -21,8 +21,10 @@
 //! device holds; gpubuf's own code asks the value.
 
 mod backend;
+mod kernel;
 mod parts;
 
+pub use kernel::{DeviceKernel, KernelSource};
 pub use parts::{Event, Memory, Plan, Stream};
 
 use gpubuf_core::{Backend, BackendKind, Error, Result};
