@@ -29,7 +29,6 @@
 mod array;
 mod backend;
 pub mod baseline;
-mod borrow;
 mod huge;
 pub mod interop;
 mod kernels;
