@@ -31,12 +31,14 @@
 //! # Ok::<(), gpubuf_core::Error>(())
 //! ```
 
+pub mod cache;
 mod compile;
 mod partition;
 mod rotate;
 mod spec;
 mod transformer;
 
+pub use cache::{AdoptionCache, AdoptionCall};
 pub use compile::{compile, Compiled};
 pub use partition::{
     receiving_boundary, rotate_boundary, CubedSpherePartitioner, Neighbor, Partitioner, TilePartitioner,
