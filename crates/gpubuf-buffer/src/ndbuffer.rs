@@ -348,7 +348,8 @@ impl<B: Kernels, T: Element> NDBuffer<B, T> {
     /// One element.
     ///
     /// # Errors
-    /// [`Error::OutOfBounds`] / [`Error::ShapeMismatch`] for a bad index.
+    /// [`Error::OutOfBounds`] for an index past the shape, [`Error::InvalidArgument`] for one
+    /// with the wrong number of axes.
     pub fn get(&self, index: &[usize]) -> Result<T> {
         let at = self.element_byte(index)?;
         let mut v = T::default();
@@ -359,7 +360,8 @@ impl<B: Kernels, T: Element> NDBuffer<B, T> {
     /// Sets one element.
     ///
     /// # Errors
-    /// [`Error::OutOfBounds`] / [`Error::ShapeMismatch`] for a bad index.
+    /// [`Error::OutOfBounds`] for an index past the shape, [`Error::InvalidArgument`] for one
+    /// with the wrong number of axes.
     pub fn set(&self, index: &[usize], value: T) -> Result<()> {
         let at = self.element_byte(index)?;
         self.buffer.write(at, bytemuck::bytes_of(&value))

@@ -192,12 +192,17 @@ impl Layout {
     /// Storage index of a multi-index.
     ///
     /// # Errors
-    /// [`Error::ShapeMismatch`] when the index has the wrong length, [`Error::OutOfBounds`]
-    /// when it exceeds the shape, [`Error::InvalidArgument`] when the element lies outside
+    /// [`Error::InvalidArgument`] when the index has the wrong number of axes (the message
+    /// names the index and the shape), [`Error::OutOfBounds`] when it exceeds the shape, [`Error::InvalidArgument`] when the element lies outside
     /// any storage (a view moved there by [`Layout::with_offset`]).
     pub fn index_of(&self, index: &[usize]) -> Result<usize> {
         if index.len() != self.ndim() {
-            return Err(Error::ShapeMismatch { expected: self.shape.clone(), got: index.to_vec() });
+            return Err(Error::invalid(format!(
+                "index {index:?} has {} axes, the array has {} (shape {:?})",
+                index.len(),
+                self.ndim(),
+                self.shape
+            )));
         }
         let mut at = self.offset as i128;
         for (ax, (&i, (&n, &s))) in index.iter().zip(self.shape.iter().zip(&self.strides)).enumerate() {
