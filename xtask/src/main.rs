@@ -5,7 +5,8 @@
 //!   sources (`cuda-kernels` below), and the tests of every backend that can run here; prints
 //!   one line per backend (`backend <name>: ran N tests | skipped (<reason>)`), then the
 //!   hostile-input suites in release, Miri over the CPU crates, the MPI tests and demo, the
-//!   Python package (wheel and pytest suite, in a venv under the target folder), and the
+//!   Python package (its wheel, then its pytest suite in a fresh venv under the target
+//!   folder with the wheel installed and no Rust toolchain on its `PATH`), and the
 //!   examples. The closing `N passed, M failed` line counts every failed test and step.
 //!   Under `CI=true` a skipped CPU or OpenCL backend fails the run. A test binary that
 //!   crashes counts as failed with every test it never reported; each part runs under a
@@ -17,7 +18,10 @@
 //!   pip into a folder under the target folder) into the cubins and PTX the CUDA
 //!   backend embeds, `crates/gpubuf-cuda/kernels/`; `test-all` fails when they are stale.
 //!   `cuda-kernels --check` runs only that check.
-//! * `python`: only the Python step of `test-all` (`GPUBUF_REQUIRE` from the environment).
+//! * `wheel`: builds the `gpubuf` wheel (release, abi3, manylinux) into
+//!   `<target>/python-wheels`, checks it with auditwheel and prints its path last.
+//! * `python`: only the Python step of `test-all` (`GPUBUF_REQUIRE` from the environment):
+//!   the wheel, installed in a fresh venv without Rust on its `PATH`, and its pytest suite.
 
 mod artifacts;
 mod bundle;
@@ -30,6 +34,7 @@ mod python;
 mod sh;
 mod summary;
 mod tests;
+mod wheel;
 
 use std::process::ExitCode;
 
@@ -47,6 +52,7 @@ fn main() -> ExitCode {
         "gpu-bundle" => bundle::build(),
         "doc-coverage" => doccover::check(),
         "python" => python::command(),
+        "wheel" => wheel::command(),
         "cuda-kernels" if std::env::args().nth(2).as_deref() == Some("--check") => {
             let mut tally = summary::Tally::default();
             cudagen::check(&mut tally);
@@ -58,7 +64,7 @@ fn main() -> ExitCode {
         "cuda-kernels" => cudagen::generate(),
         _ => {
             eprintln!(
-                "usage: cargo xtask <test-all | install-deps | gpu-bundle | cuda-kernels [--check] | doc-coverage | python>"
+                "usage: cargo xtask <test-all | install-deps | gpu-bundle | cuda-kernels [--check] | doc-coverage | wheel | python>"
             );
             false
         }

@@ -1,15 +1,20 @@
-//! The Python part of `cargo xtask test-all` (and `cargo xtask python` alone): a virtual
-//! environment under the target directory with pinned maturin, numpy and pytest from PyPI,
-//! pace-util as the halo tests' oracle, zarr-python for `gpubuf.zarr`, hypothesis for the fuzz
-//! tests, the `gpubuf` wheel built by maturin and installed there, then the pytest suite of
-//! `crates/gpubuf-python/tests`, its fuzz tests (`tests/fuzz`) bounded by [`FUZZ_SECONDS`].
+//! The Python part of `cargo xtask test-all` (and `cargo xtask python` alone): the
+//! `gpubuf` wheel of `cargo xtask wheel` (built once, checked by auditwheel), installed in
+//! a fresh virtual environment under the target directory whose `PATH` holds no Rust
+//! toolchain, as a Python user installs it, with pinned numpy and pytest from PyPI,
+//! pace-util as the halo tests' oracle, zarr-python for `gpubuf.zarr`, hypothesis for the
+//! fuzz tests; then the pytest suite of `crates/gpubuf-python/tests`, its fuzz tests
+//! (`tests/fuzz`) bounded by [`FUZZ_SECONDS`].
 
 use crate::sh::{run_ok, run_tee};
+use crate::wheel::{self, root, target_dir};
+use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// The packages the suite needs, pinned (maturin builds the wheel; numpy and pytest run it).
-pub const PIP_PINS: [&str; 3] = ["maturin==1.16.0", "numpy==2.4.6", "pytest==9.2.0"];
+/// The packages the suite needs, pinned, installed with the wheel (numpy is its dependency;
+/// pytest runs the suite).
+pub const PIP_PINS: [&str; 2] = ["numpy==2.4.6", "pytest==9.2.0"];
 
 /// pace-util, the oracle `tests/test_halo.py` compares gpubuf's halo transformer with,
 /// installed with `--no-deps` and pinned with exactly what `import pace.util` needs. Its
@@ -58,16 +63,6 @@ pub struct PyCounts {
     pub skipped: usize,
 }
 
-/// The workspace root (xtask lives one level below it).
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().map_or_else(|| PathBuf::from("."), Path::to_path_buf)
-}
-
-/// The cargo target directory (`CARGO_TARGET_DIR` or `<root>/target`).
-fn target_dir() -> PathBuf {
-    std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root().join("target"), PathBuf::from)
-}
-
 /// Reads pytest's closing line (`3 failed, 58 passed, 2 skipped in 4.10s`, or past a
 /// minute `in 84.92s (0:01:24)`, with or without the `=` rule around it); `None` when there
 /// is none.
@@ -98,90 +93,78 @@ pub fn parse_summary(lines: &[String]) -> Option<PyCounts> {
     })
 }
 
-/// Makes the virtual environment (once) with [`PIP_PINS`], [`ORACLE_PINS`],
-/// [`BASELINE_PINS`], [`ZARR_PINS`] and [`FUZZ_PINS`] installed;
-/// returns its python. A stamp file of the pins makes a second call install nothing.
-fn venv(dir: &Path) -> Result<PathBuf, String> {
-    let python = dir.join("bin").join("python");
-    if !python.exists() {
-        let host = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
-        if !run_ok(Command::new(&host).args(["-m", "venv"]).arg(dir)) {
-            return Err(format!("`{host} -m venv {}` failed", dir.display()));
-        }
+/// The environment variables that lead a build to a Rust toolchain (cargo sets `CARGO`
+/// and `RUSTC` for the programs it runs, `cargo xtask` among them): removed for the venv.
+const RUST_VARS: [&str; 6] = ["CARGO", "RUSTC", "RUSTDOC", "RUSTUP_TOOLCHAIN", "RUSTUP_HOME", "CARGO_HOME"];
+
+/// `path` (a `PATH` value) without the folders that hold `cargo`, `rustc` or `rustup`.
+pub fn path_without_rust(path: &OsStr) -> OsString {
+    let rust = |dir: &Path| ["cargo", "rustc", "rustup"].iter().any(|t| dir.join(t).exists());
+    std::env::join_paths(std::env::split_paths(path).filter(|d| !rust(d))).unwrap_or_default()
+}
+
+/// `cmd` as in the activated venv `venv`, with no Rust toolchain on its `PATH`.
+fn without_rust<'a>(cmd: &'a mut Command, venv: &Path) -> &'a mut Command {
+    let path = path_without_rust(&std::env::var_os("PATH").unwrap_or_default());
+    let path = std::env::join_paths(std::iter::once(venv.join("bin")).chain(std::env::split_paths(&path)))
+        .unwrap_or(path);
+    for v in RUST_VARS {
+        cmd.env_remove(v);
     }
-    let stamp = dir.join("gpubuf-pins.txt");
-    let want = [&PIP_PINS[..], &ORACLE_PINS, &BASELINE_PINS, &ZARR_PINS, &FUZZ_PINS].concat().join("\n");
-    if std::fs::read_to_string(&stamp).ok().as_deref() != Some(want.as_str()) {
-        let pip = |extra: &[&str], pins: &[&str]| {
-            let mut pip = Command::new(&python);
-            pip.args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check"])
-                .args(extra)
-                .args(pins);
-            if run_ok(&mut pip) {
-                Ok(())
-            } else {
-                Err(format!("pip install {} failed", pins.join(" ")))
-            }
-        };
-        pip(&[], &PIP_PINS)?;
-        pip(&["--no-deps"], &[&ORACLE_PINS[..], &BASELINE_PINS, &ZARR_PINS, &FUZZ_PINS].concat())?;
-        std::fs::write(&stamp, want).map_err(|e| format!("writing {}: {e}", stamp.display()))?;
+    cmd.env("PATH", path).env("VIRTUAL_ENV", venv)
+}
+
+/// Makes a fresh virtual environment at `dir` (the one left by the last run removed), with
+/// no Rust toolchain on its `PATH`, and installs `wheel` there with [`PIP_PINS`] (binaries
+/// only), then [`ORACLE_PINS`], [`BASELINE_PINS`], [`ZARR_PINS`] and [`FUZZ_PINS`]
+/// (`--no-deps`); checks that the venv finds no `cargo` or `rustc` and imports `gpubuf`
+/// from its own site-packages. Returns its python.
+fn fresh_venv(dir: &Path, wheel: &Path) -> Result<PathBuf, String> {
+    let _ = std::fs::remove_dir_all(dir);
+    let host = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
+    if !run_ok(without_rust(Command::new(&host).args(["-m", "venv"]).arg(dir), dir)) {
+        return Err(format!("`{host} -m venv {}` failed", dir.display()));
+    }
+    let python = dir.join("bin").join("python");
+    let pip = |extra: &[&str], pins: &[&str], wheel: Option<&Path>| {
+        let mut pip = Command::new(&python);
+        pip.args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check"]).args(extra);
+        pip.args(wheel).args(pins);
+        if run_ok(without_rust(&mut pip, dir)) {
+            Ok(())
+        } else {
+            Err(format!("pip install {} failed", pins.join(" ")))
+        }
+    };
+    // gpubuf's own dependency (numpy) resolved together with the pins.
+    pip(&["--only-binary", ":all:"], &PIP_PINS, Some(wheel))?;
+    pip(&["--no-deps"], &[&ORACLE_PINS[..], &BASELINE_PINS, &ZARR_PINS, &FUZZ_PINS].concat(), None)?;
+    let check = "import shutil, sys, gpubuf; \
+        tools = [t for t in ('cargo', 'rustc') if shutil.which(t)]; \
+        assert not tools, f'{tools} on PATH'; \
+        assert gpubuf.__file__.startswith(sys.prefix), gpubuf.__file__; \
+        print('python: no cargo or rustc on PATH; gpubuf from', gpubuf.__file__)";
+    let mut import = Command::new(&python);
+    import.args(["-c", check]).current_dir(dir);
+    if !run_ok(without_rust(&mut import, dir)) {
+        return Err("the wheel's venv finds a Rust toolchain or no installed gpubuf".into());
     }
     Ok(python)
 }
 
-/// Builds the wheel (release) into `<target>/python-wheels` and installs it in the venv.
-fn build_and_install(python: &Path, target: &Path) -> Result<(), String> {
-    let wheels = target.join("python-wheels");
-    // Only this build's wheel is left there to install.
-    let _ = std::fs::remove_dir_all(&wheels);
-    let mut build = Command::new(python);
-    build
-        .args(["-m", "maturin", "build", "--release", "--quiet", "-m"])
-        .arg(root().join("crates/gpubuf-python/Cargo.toml"))
-        .arg("--out")
-        .arg(&wheels)
-        .arg("--interpreter")
-        .arg(python)
-        .env("CARGO_TARGET_DIR", target);
-    if !run_ok(&mut build) {
-        return Err("maturin build failed".into());
-    }
-    let wheel = std::fs::read_dir(&wheels)
-        .map_err(|e| format!("reading {}: {e}", wheels.display()))?
-        .filter_map(Result::ok)
-        .map(|e| e.path())
-        .find(|p| p.extension().is_some_and(|x| x == "whl"))
-        .ok_or_else(|| format!("no wheel in {}", wheels.display()))?;
-    let mut install = Command::new(python);
-    install
-        .args([
-            "-m",
-            "pip",
-            "install",
-            "--quiet",
-            "--disable-pip-version-check",
-            "--force-reinstall",
-            "--no-deps",
-        ])
-        .arg(&wheel);
-    if !run_ok(&mut install) {
-        return Err(format!("pip install {} failed", wheel.display()));
-    }
-    Ok(())
-}
-
-/// Runs the Python suite: venv, wheel, pytest with `GPUBUF_REQUIRE` set to `require` (a
-/// comma-separated list of backends that must run, as for the Rust suites). Returns the
-/// counts, or why no test could run (a failed venv, install, build, or no closing line).
-/// A pytest that exits non-zero without reporting a failure is counted as one failure.
+/// Runs the Python suite: the wheel built and checked ([`wheel::build`]), installed in a
+/// fresh venv (`<target>/wheel-venv`) with no Rust toolchain on its `PATH`, then pytest
+/// there with `GPUBUF_REQUIRE` set to `require` (a comma-separated list of backends that
+/// must run, as for the Rust suites). Returns the counts, or why no test could run (a
+/// failed build, check, venv or install, or no closing line). A pytest that exits non-zero
+/// without reporting a failure is counted as one failure.
 ///
 /// # Errors
 /// A description of the step that failed before pytest reported.
 pub fn run(require: &str) -> Result<PyCounts, String> {
-    let target = target_dir();
-    let python = venv(&target.join("python-venv"))?;
-    build_and_install(&python, &target)?;
+    let wheel = wheel::build()?;
+    let venv = target_dir().join("wheel-venv");
+    let python = fresh_venv(&venv, &wheel)?;
     let fuzz = std::env::var("GPUBUF_FUZZ_SECONDS").unwrap_or_else(|_| FUZZ_SECONDS.to_string());
     println!(
         "python: fuzz budget {fuzz} s (GPUBUF_FUZZ_SECONDS), corpus in crates/gpubuf-python/tests/fuzz/corpus"
@@ -192,7 +175,7 @@ pub fn run(require: &str) -> Result<PyCounts, String> {
         .arg(root().join("crates/gpubuf-python/tests"))
         .env("GPUBUF_REQUIRE", require)
         .env("GPUBUF_FUZZ_SECONDS", &fuzz);
-    let (lines, ok) = run_tee(&mut pytest);
+    let (lines, ok) = run_tee(without_rust(&mut pytest, &venv));
     let mut counts = parse_summary(&lines).ok_or("pytest printed no summary line (no test ran)")?;
     if !ok && counts.failed == 0 {
         counts.failed = 1;
@@ -237,5 +220,21 @@ mod tests {
         );
         assert_eq!(parse_summary(&l("no tests ran in 0.01s")), None);
         assert_eq!(parse_summary(&l("tests/test_pool.py ....")), None);
+    }
+
+    #[test]
+    fn the_wheel_venv_path_holds_no_rust_toolchain() {
+        let base = std::env::temp_dir().join(format!("xtask-path-{}", std::process::id()));
+        let (rust, rustup, plain) = (base.join("cargo-bin"), base.join("toolchain"), base.join("bin"));
+        for d in [&rust, &rustup, &plain] {
+            std::fs::create_dir_all(d).unwrap();
+        }
+        std::fs::write(rust.join("cargo"), "").unwrap();
+        std::fs::write(rustup.join("rustc"), "").unwrap();
+        std::fs::write(plain.join("python3"), "").unwrap();
+        let path = std::env::join_paths([&rust, &plain, &rustup, &plain]).unwrap();
+        let kept: Vec<PathBuf> = std::env::split_paths(&path_without_rust(&path)).collect();
+        let _ = std::fs::remove_dir_all(&base);
+        assert_eq!(kept, [plain.clone(), plain]);
     }
 }
