@@ -9,8 +9,8 @@
 
 use gpubuf::ndarray::{Array2, ArrayD, ArrayViewD, IxDyn, Slice};
 use gpubuf::{
-    Backend, Boundary, Bufferizer, DType, Device, Dim, DirtyPolicy, Error, HaloDataTransformer,
-    HaloExchangeSpec, MemoryPool, Mirror, NDBuffer, QuantityHaloSpec, Result,
+    Backend, Boundary, Bufferizer, DType, Device, Dim, DirtyPolicy, Error, HaloField, HaloFields, MemoryPool,
+    Mirror, NDBuffer, QuantityHaloSpec, Result,
 };
 use std::ops::Range;
 
@@ -29,20 +29,13 @@ fn main() -> Result<()> {
     let pool = MemoryPool::new(device.clone());
     let spec = QuantityHaloSpec::centered(&[Dim::X, Dim::Y, Dim::Z], &[48, 48, 10], 3, 0, DType::F64)?;
     let start = ArrayD::from_shape_fn(IxDyn(&spec.shape), |i| (i[0] * 10_000 + i[1] * 100 + i[2]) as f64);
-    let u: NDBuffer<Device, f64> = pool.from_ndarray(&device, start.view())?;
+    let mut u: NDBuffer<Device, f64> = pool.from_ndarray(&device, start.view())?;
 
-    // One rank that is its own neighbour on every side: each edge's interior goes to the
-    // opposite halo. Pack, hand the pack buffer to the unpack buffer on the device, unpack.
-    let mut specs = Vec::new();
-    for b in Boundary::ALL {
-        specs.push(HaloExchangeSpec::periodic(spec.clone(), b)?);
-    }
-    let mut halo: HaloDataTransformer<Device, f64> =
-        HaloDataTransformer::with_pool(&device, &pool, specs, None)?;
-    let quantities = vec![&u; Boundary::ALL.len()]; // one array per spec, in spec order
-    halo.async_pack(&quantities, None)?;
-    halo.loopback()?;
-    halo.async_unpack(&quantities, None)?;
+    // One rank that is its own neighbour on every side: each edge's and corner's interior
+    // goes to the opposite halo. The fields are described once; every step is one update.
+    let mut halo: HaloFields<Device, f64> =
+        HaloFields::periodic_with_pool(&device, &pool, vec![HaloField::Scalar(spec.clone())])?;
+    halo.update(&mut [&mut u])?;
     halo.finalize()?;
     let after = u.to_ndarray()?;
     for b in Boundary::ALL {

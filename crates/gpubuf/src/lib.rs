@@ -51,7 +51,9 @@ pub use gpubuf_core::*;
 /// The halo transformer crate.
 #[doc(inline)]
 pub use gpubuf_halo as halo;
-pub use gpubuf_halo::{Boundary, Dim, HaloDataTransformer, HaloExchangeSpec, QuantityHaloSpec};
+pub use gpubuf_halo::{
+    Boundary, Dim, HaloDataTransformer, HaloExchangeSpec, HaloField, HaloFields, QuantityHaloSpec,
+};
 /// The mirror crate.
 #[doc(inline)]
 pub use gpubuf_mirror as mirror;
