@@ -178,6 +178,7 @@ pub fn test_all() -> bool {
     let examples = [
         ("batch_frames", true),
         ("first_hour", true),
+        ("first_hour_kernel", true),
         ("adopt_foreign", true),
         ("opencl_halo_kernel", false),
     ];

@@ -1,0 +1,70 @@
+//! The `first_hour_kernel` example's diffusion gives the same checksum, bit for bit, on
+//! every backend that runs here (its sources use the same operations in the same order,
+//! with no FMA contraction), and the checksum is that of a plain host computation.
+
+#[allow(dead_code)]
+#[path = "../first_hour_kernel.rs"]
+mod example;
+
+use gpubuf::ndarray::{ArrayD, IxDyn};
+use gpubuf::{BackendKind, Device};
+
+/// The same steps on the host, written out independently of the kernel sources.
+fn host_checksum(steps: usize) -> f64 {
+    let shape = example::INTERIOR.map(|n| n + 2);
+    let mut u = ArrayD::from_shape_fn(IxDyn(&shape), |i| ((i[0] * 7 + i[1] * 3 + i[2]) % 17) as f64 * 0.25);
+    for _ in 0..steps {
+        let mut next = u.clone();
+        for x in 1..shape[0] - 1 {
+            for y in 1..shape[1] - 1 {
+                for z in 1..shape[2] - 1 {
+                    let c = u[[x, y, z]];
+                    let lap = ((u[[x - 1, y, z]] + u[[x + 1, y, z]]) + (u[[x, y - 1, z]] + u[[x, y + 1, z]]))
+                        + (u[[x, y, z - 1]] + u[[x, y, z + 1]])
+                        - 6.0 * c;
+                    next[[x, y, z]] = c + example::ALPHA * lap;
+                }
+            }
+        }
+        u = next;
+    }
+    u.iter().sum()
+}
+
+/// The device of `kind`, or `None` (skipped, or a failure when `GPUBUF_REQUIRE` names it).
+fn device(kind: BackendKind) -> Option<Device> {
+    match Device::new(kind) {
+        Ok(d) => Some(d),
+        Err(e) if gpubuf_testkit_required(kind) => panic!("{kind} is required but unavailable: {e}"),
+        Err(e) => {
+            eprintln!("{kind} skipped: {e}");
+            None
+        }
+    }
+}
+
+fn gpubuf_testkit_required(kind: BackendKind) -> bool {
+    std::env::var("GPUBUF_REQUIRE")
+        .map(|v| v.split(',').any(|s| s.trim().eq_ignore_ascii_case(kind.name())))
+        .unwrap_or(false)
+}
+
+#[test]
+fn checksum_is_the_same_on_every_backend() {
+    let want = host_checksum(example::STEPS);
+    let mut ran = 0;
+    for kind in [BackendKind::Cpu, BackendKind::OpenCl, BackendKind::Cuda] {
+        let Some(d) = device(kind) else { continue };
+        let got = example::run(&d, example::STEPS).unwrap();
+        assert_eq!(got.to_bits(), want.to_bits(), "{kind}: checksum {got:e}, host {want:e}");
+        ran += 1;
+    }
+    assert!(ran >= 1);
+}
+
+#[test]
+fn odd_step_counts_end_in_the_other_field() {
+    let d = Device::cpu();
+    assert_eq!(example::run(&d, 3).unwrap().to_bits(), host_checksum(3).to_bits());
+    assert_ne!(host_checksum(3), host_checksum(2));
+}
