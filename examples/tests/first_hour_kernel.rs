@@ -68,3 +68,27 @@ fn odd_step_counts_end_in_the_other_field() {
     assert_eq!(example::run(&d, 3).unwrap().to_bits(), host_checksum(3).to_bits());
     assert_ne!(host_checksum(3), host_checksum(2));
 }
+
+/// The example's CUDA C compiles with NVRTC and takes the arguments `run` launches with
+/// (no GPU needed).
+#[cfg(feature = "cuda")]
+#[test]
+fn cuda_source_takes_the_launched_arguments() {
+    use gpubuf::args::expand;
+    use gpubuf::cuda::{compile_user_ptx, nvrtc::declared_pointers, nvrtc_available, ptx::Signature};
+    use gpubuf::{Args, NDBuffer};
+    if let Err(e) = nvrtc_available() {
+        assert!(!std::env::var("GPUBUF_REQUIRE").is_ok_and(|v| v.contains("nvrtc")), "NVRTC required: {e}");
+        eprintln!("nvrtc skipped: {e}");
+        return;
+    }
+    let ptx = compile_user_ptx(example::CUDA, "").unwrap();
+    let pointers = declared_pointers(example::CUDA, "", &ptx).unwrap();
+    let sig = Signature::find(&ptx, "diffuse").unwrap().with_pointers(&pointers["diffuse"]).unwrap();
+    let d = Device::cpu();
+    let u = NDBuffer::<Device, f64>::zeros(&d, &example::INTERIOR.map(|n| n + 2)).unwrap();
+    let inner = u.slice(&example::INTERIOR.map(|n| 1..n + 1)).unwrap();
+    let parts =
+        Args::new().strided(&u).strided_mut(&inner).scalar(example::ALPHA).lower(&d, |m| m.as_cpu()).unwrap();
+    sig.check_args(&expand(&parts).unwrap().args).unwrap();
+}
