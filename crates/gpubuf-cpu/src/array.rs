@@ -1,10 +1,12 @@
 //! ndarray interop: borrow CPU memory as an `ArrayView` without copying.
 
+use crate::borrow::Mode;
 use crate::memory::CpuMemory;
 use crate::CpuBackend;
 use gpubuf_buffer::Buffer;
 use gpubuf_core::{DeviceMemory, Element, Error, Layout, Result};
 use ndarray::{ArrayViewD, ArrayViewMutD, Axis, IxDyn, ShapeBuilder};
+use std::ops::Range;
 
 mod sealed {
     use crate::memory::CpuMemory;
@@ -57,14 +59,14 @@ impl sealed::Region for Buffer<CpuBackend> {
 }
 impl CpuStorage for Buffer<CpuBackend> {}
 
-/// A non-empty view re-expressed with non-negative strides: the element where it starts
-/// (its lowest storage index), its shape, the absolute strides, and the axes to invert
-/// afterwards.
-type Positive = (usize, Vec<usize>, Vec<usize>, Vec<usize>);
+/// A non-empty view re-expressed with non-negative strides: the elements it spans (from its
+/// lowest storage index to one past its highest, counted from the allocation's start), its
+/// shape, the absolute strides, and the axes to invert afterwards.
+type Positive = (Range<usize>, Vec<usize>, Vec<usize>, Vec<usize>);
 
 /// Checks `layout` against the region (`start` bytes into the allocation, `len` bytes
 /// long); returns `None` for an empty view (it addresses nothing, whatever its offset and
-/// strides), else the view with non-negative strides, its first element counted from the
+/// strides), else the view with non-negative strides, its span counted from the
 /// allocation's start.
 fn positive<T: Element>(start: usize, len: usize, layout: &Layout) -> Result<Option<Positive>> {
     // Whole elements only: a trailing partial element (a byte buffer viewed as wider
@@ -78,7 +80,7 @@ fn positive<T: Element>(start: usize, len: usize, layout: &Layout) -> Result<Opt
     layout.check_fits(len / size)?;
     let Some(span) = layout.span()? else { return Ok(None) };
     // Inside the region, which lies inside its allocation: no overflow.
-    let first = start / size + span.start;
+    let elements = start / size + span.start..start / size + span.end;
     // The lowest element is where the view starts once every negative axis is inverted.
     // Axes of length 1 never move: stride 0 there, so no stride past isize::MAX reaches
     // ndarray (which reads strides as isize).
@@ -89,11 +91,14 @@ fn positive<T: Element>(start: usize, len: usize, layout: &Layout) -> Result<Opt
         .map(|(&n, s)| if n > 1 { s.unsigned_abs() } else { 0 })
         .collect();
     let flips = (0..layout.ndim()).filter(|&ax| layout.strides()[ax] < 0).collect();
-    Ok(Some((first, layout.shape().to_vec(), strides, flips)))
+    Ok(Some((elements, layout.shape().to_vec(), strides, flips)))
 }
 
 /// Runs `f` on a zero-copy view of `layout` in `storage` (a [`Buffer`], the layout measured
-/// from its first byte, or a whole [`CpuMemory`]), holding the allocation's lock.
+/// from its first byte, or a whole [`CpuMemory`]), with the bytes the view spans (from its
+/// lowest element to its highest) borrowed for reading. Views of other bytes of the same
+/// allocation (another array of a pool segment, a disjoint slice) may be taken meanwhile,
+/// mutable ones too, from inside `f` or from other threads.
 ///
 /// For an `NDBuffer`, [`CpuView::view`](crate::CpuView::view) does this with its own
 /// layout.
@@ -115,70 +120,81 @@ fn positive<T: Element>(start: usize, len: usize, layout: &Layout) -> Result<Opt
 /// # Errors
 /// [`Error::OutOfBounds`] when the layout reaches outside the buffer (or allocation);
 /// [`Error::InvalidArgument`] when the buffer's offset is not whole elements, or when
-/// called from inside a closure that already holds the allocation (see
-/// [`CpuMemory::with_bytes`]).
+/// called from inside a closure that holds a write borrow of any byte the view spans
+/// (see [`CpuMemory::with_bytes`]).
 pub fn with_array<T: Element, R>(
     storage: &(impl CpuStorage + ?Sized),
     layout: &Layout,
     f: impl FnOnce(ArrayViewD<'_, T>) -> R,
 ) -> Result<R> {
     let (mem, offset, len) = storage.region();
-    let Some((start, shape, strides, flips)) = positive::<T>(offset, len, layout)? else {
-        // Empty: no pointer is formed, but the lock is still taken, as for any view.
+    let Some((elements, shape, strides, flips)) = positive::<T>(offset, len, layout)? else {
+        // Empty: no pointer is formed and no byte is borrowed.
         let view = ArrayViewD::from_shape(IxDyn(layout.shape()), &[])
             .map_err(|e| Error::invalid(format!("empty view: {e}")))?;
-        return mem.with_bytes(|_| f(view));
+        return Ok(f(view));
     };
-    mem.with_bytes(|bytes| {
-        let base = bytes.as_ptr() as *const T;
-        // SAFETY: `check_fits` proved every element of the view inside the region, which
-        // lies inside the allocation (a `Buffer`'s range is checked when it is made), and
-        // `start` is the view's lowest element counted from the allocation's first byte
-        // (the region's offset is whole elements), so `base.add(start)` stays inside it and
-        // every index reached from it with the absolute strides too; every CPU allocation
-        // is aligned to at least 8 bytes (64 for the backend's own, `ADOPT_ALIGN` for
-        // adopted memory) and no `Element` is wider than 8 bytes, so `T` reads are aligned;
-        // the lock is held for the view's lifetime (it does not escape `f`).
-        let mut view =
-            unsafe { ArrayViewD::from_shape_ptr(IxDyn(&shape).strides(IxDyn(&strides)), base.add(start)) };
-        for ax in flips {
-            view.invert_axis(Axis(ax));
-        }
-        f(view)
-    })
+    let size = std::mem::size_of::<T>().max(1);
+    // Inside the allocation (checked by `positive`): no overflow.
+    let (first, last) = (elements.start * size, elements.end * size);
+    let _borrow = mem.borrow(first, last - first, Mode::Shared)?;
+    let base = mem.as_ptr() as *const T;
+    // SAFETY: `check_fits` proved every element of the view inside the region, which lies
+    // inside the allocation (a `Buffer`'s range is checked when it is made), and
+    // `elements.start` is the view's lowest element counted from the allocation's first
+    // byte (the region's offset is whole elements), so `base.add(elements.start)` stays
+    // inside it and every index reached from it with the absolute strides lies in
+    // `elements`; every CPU allocation is aligned to at least 8 bytes (64 for the backend's
+    // own, `ADOPT_ALIGN` for adopted memory) and no `Element` is wider than 8 bytes, so `T`
+    // reads are aligned; the bytes of `elements` are borrowed for reading until `_borrow`
+    // drops, after `f`, so no writer touches them while the view (which does not escape
+    // `f`) lives. The pointer comes from the allocation itself, not from a slice of other
+    // bytes, so views of disjoint ranges held elsewhere do not alias it.
+    let mut view = unsafe {
+        ArrayViewD::from_shape_ptr(IxDyn(&shape).strides(IxDyn(&strides)), base.add(elements.start))
+    };
+    for ax in flips {
+        view.invert_axis(Axis(ax));
+    }
+    Ok(f(view))
 }
 
 /// Runs `f` on a mutable zero-copy view of `layout` in `storage` (as in [`with_array`]),
-/// holding the allocation's lock.
+/// with the bytes the view spans borrowed for writing: no other view or operation reaches
+/// them meanwhile, while the allocation's other bytes stay free to borrow.
 ///
 /// # Errors
 /// As [`with_array`], plus [`Error::InvalidArgument`] when the view addresses an element
-/// twice (zero or overlapping strides).
+/// twice (zero or overlapping strides), or when called from inside a closure that holds
+/// any borrow (read or write) of a byte the view spans.
 pub fn with_array_mut<T: Element, R>(
     storage: &(impl CpuStorage + ?Sized),
     layout: &Layout,
     f: impl FnOnce(ArrayViewMutD<'_, T>) -> R,
 ) -> Result<R> {
     let (mem, offset, len) = storage.region();
-    let Some((start, shape, strides, flips)) = positive::<T>(offset, len, layout)? else {
+    let Some((elements, shape, strides, flips)) = positive::<T>(offset, len, layout)? else {
         let view = ArrayViewMutD::from_shape(IxDyn(layout.shape()), &mut [])
             .map_err(|e| Error::invalid(format!("empty view: {e}")))?;
-        return mem.with_bytes_mut(|_| f(view));
+        return Ok(f(view));
     };
     if !unique_elements(&shape, &strides) {
         return Err(Error::invalid("a mutable view may not address an element twice"));
     }
-    mem.with_bytes_mut(|bytes| {
-        let base = bytes.as_mut_ptr() as *mut T;
-        // SAFETY: as in `with_array`, plus every element is addressed once (checked above)
-        // and we hold the only mutable access through the lock.
-        let mut view =
-            unsafe { ArrayViewMutD::from_shape_ptr(IxDyn(&shape).strides(IxDyn(&strides)), base.add(start)) };
-        for ax in flips {
-            view.invert_axis(Axis(ax));
-        }
-        f(view)
-    })
+    let size = std::mem::size_of::<T>().max(1);
+    let (first, last) = (elements.start * size, elements.end * size);
+    let _borrow = mem.borrow(first, last - first, Mode::Exclusive)?;
+    let base = mem.as_ptr() as *mut T;
+    // SAFETY: as in `with_array`, plus every element is addressed once (checked above) and
+    // the bytes of `elements` are borrowed for writing until `_borrow` drops: no other
+    // reference or operation, on any thread, reaches them while the view lives.
+    let mut view = unsafe {
+        ArrayViewMutD::from_shape_ptr(IxDyn(&shape).strides(IxDyn(&strides)), base.add(elements.start))
+    };
+    for ax in flips {
+        view.invert_axis(Axis(ax));
+    }
+    Ok(f(view))
 }
 
 /// Whether non-negative strides address each element once: sorted by stride, each stride

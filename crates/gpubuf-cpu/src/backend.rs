@@ -1,7 +1,8 @@
 //! [`CpuBackend`]: the backend traits over host memory.
 
-use crate::kernels::{execute, par_memcpy, Direction};
-use crate::memory::{lock_all, CpuMemory};
+use crate::borrow::Mode;
+use crate::kernels::{execute, par_memcpy, plan_spans, Direction};
+use crate::memory::{borrow_all, CpuMemory};
 use gpubuf_core::{
     check_copy, check_fill, check_plan_args, check_scatter_args, Allocator, Backend, BackendKind, CopyPlan,
     DType, DeviceInfo, Error, Kernels, MemRef, MemoryInfo, PreparedPlan, Result,
@@ -162,8 +163,8 @@ impl Backend for CpuBackend {
         MemRef::new(dst, offset, src.len())?;
         refuse_aliased(dst, src.as_ptr(), src.len(), "write from")?;
         let _span = tracing::trace_span!("cpu.write", bytes = src.len()).entered();
-        // In bounds: `MemRef::new` checked `offset + src.len()` against the allocation.
-        dst.with_bytes_mut(|d| d[offset..offset + src.len()].copy_from_slice(src))
+        // Only the bytes written are borrowed; `MemRef::new` checked them in bounds.
+        dst.with_range_mut(offset, src.len(), |d| d.copy_from_slice(src))
     }
 
     /// Copies `dst.len()` bytes from `src` at byte `offset` into `dst`, at once.
@@ -176,8 +177,8 @@ impl Backend for CpuBackend {
         MemRef::new(src, offset, dst.len())?;
         refuse_aliased(src, dst.as_ptr(), dst.len(), "read into")?;
         let _span = tracing::trace_span!("cpu.read", bytes = dst.len()).entered();
-        // In bounds: `MemRef::new` checked `offset + dst.len()` against the allocation.
-        src.with_bytes(|s| dst.copy_from_slice(&s[offset..offset + dst.len()]))
+        // Only the bytes read are borrowed; `MemRef::new` checked them in bounds.
+        src.with_range(offset, dst.len(), |s| dst.copy_from_slice(s))
     }
 
     fn copy(
@@ -189,9 +190,13 @@ impl Backend for CpuBackend {
     ) -> Result<()> {
         check_copy(&src, dst, dst_offset)?;
         let _span = tracing::trace_span!("cpu.copy", bytes = src.len).entered();
-        let (_guards, ptrs) = lock_all(&[src.memory, dst])?;
+        let (_borrows, ptrs) = borrow_all(&[
+            (src.memory, src.offset, src.len, Mode::Shared),
+            (dst, dst_offset, src.len, Mode::Exclusive),
+        ])?;
         // SAFETY: both ranges were checked inside their allocations and not to overlap;
-        // the locks of both allocations are held.
+        // the source range is borrowed for reading and the destination range for writing
+        // until `_borrows` drops, and the copy touches those bytes only.
         unsafe { par_memcpy(ptrs[1].add(dst_offset), ptrs[0].add(src.offset), src.len) };
         Ok(())
     }
@@ -199,15 +204,13 @@ impl Backend for CpuBackend {
     fn fill(&self, _stream: &CpuStream, dst: MemRef<'_, CpuMemory>, pattern: &[u8]) -> Result<()> {
         check_fill(&dst, pattern)?;
         let _span = tracing::trace_span!("cpu.fill", bytes = dst.len).entered();
-        dst.memory.with_bytes_mut(|d| {
-            // In bounds and whole patterns: `check_fill` checked both.
-            let range = &mut d[dst.offset..dst.offset + dst.len];
-            match pattern {
-                [first, rest @ ..] if rest.iter().all(|b| b == first) => range.fill(*first),
-                _ => {
-                    for chunk in range.chunks_exact_mut(pattern.len()) {
-                        chunk.copy_from_slice(pattern);
-                    }
+        // Only the bytes filled are borrowed; `check_fill` checked them in bounds, whole
+        // patterns.
+        dst.memory.with_range_mut(dst.offset, dst.len, |range| match pattern {
+            [first, rest @ ..] if rest.iter().all(|b| b == first) => range.fill(*first),
+            _ => {
+                for chunk in range.chunks_exact_mut(pattern.len()) {
+                    chunk.copy_from_slice(pattern);
                 }
             }
         })
@@ -286,13 +289,19 @@ fn run(
     buffer: MemRef<'_, CpuMemory>,
     dir: Direction,
 ) -> Result<()> {
-    let mut mems: Vec<&CpuMemory> = arrays.iter().map(|a| a.memory).collect();
-    mems.push(buffer.memory);
-    let (_guards, ptrs) = lock_all(&mems)?;
+    // Gather reads the arrays and writes the buffer; scatter the other way round.
+    let (read, written) = match dir {
+        Direction::Gather => (Mode::Shared, Mode::Exclusive),
+        Direction::Scatter => (Mode::Exclusive, Mode::Shared),
+    };
+    let spans = plan_spans(&plan.plan, plan.dtype.size(), arrays, read, buffer, written);
+    let (_borrows, ptrs) = borrow_all(&spans)?;
     // SAFETY: `check_plan_args` proved every range inside its allocation, long enough for
     // the plan, aligned to the dtype, and the buffer disjoint from the arrays; for scatter
-    // the targets are disjoint and the plan writes each element once. The locks of every
-    // allocation involved are held until `_guards` drops.
+    // the targets are disjoint and the plan writes each element once. The plan touches
+    // only the bytes `plan_spans` names (its segments' reach in each array, its buffer
+    // elements), borrowed until `_borrows` drops: for writing where it writes, for
+    // reading where it reads.
     unsafe {
         let array_ptrs: Vec<*mut u8> = arrays.iter().zip(&ptrs).map(|(a, p)| p.add(a.offset)).collect();
         let buf = ptrs[arrays.len()].add(buffer.offset);

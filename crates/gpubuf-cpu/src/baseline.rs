@@ -26,8 +26,9 @@
 //! # Ok::<(), gpubuf_core::Error>(())
 //! ```
 
+use crate::borrow::Mode;
 use crate::kernels::{Ptr, PARALLEL, SERIAL_BELOW};
-use crate::memory::lock_all;
+use crate::memory::borrow_all;
 use crate::CpuMemory;
 use gpubuf_core::{check_plan_args, check_scatter_args, CopyPlan, DType, MemRef, Result, Segment};
 
@@ -117,7 +118,8 @@ impl Walk {
 ///
 /// # Safety
 /// The arguments passed [`check_plan_args`] (and [`check_scatter_args`] when
-/// `to_buffer` is false), and the locks of every allocation are held for the call.
+/// `to_buffer` is false), and the ranges they name are borrowed for the call (for writing
+/// on the side written).
 unsafe fn run(plan: &CopyPlan, dtype: DType, arrays: &[*mut u8], buffer: *mut u8, to_buffer: bool) {
     let size = dtype.size();
     let walks: Vec<Walk> =
@@ -156,8 +158,8 @@ unsafe fn run(plan: &CopyPlan, dtype: DType, arrays: &[*mut u8], buffer: *mut u8
 /// within their range).
 ///
 /// # Errors
-/// As [`gpubuf_core::Kernels::gather`]: [`check_plan_args`]; a lock already held by this
-/// thread. Nothing is written then.
+/// As [`gpubuf_core::Kernels::gather`]: [`check_plan_args`]; a conflicting borrow of the
+/// bytes already held by this thread (see [`CpuMemory::with_bytes`]). Nothing is written then.
 pub fn row_gather(
     plan: &CopyPlan,
     dtype: DType,
@@ -165,15 +167,15 @@ pub fn row_gather(
     dst: MemRef<'_, CpuMemory>,
 ) -> Result<()> {
     check_plan_args(plan, dtype, sources, dst)?;
-    locked(plan, dtype, sources, dst, true)
+    borrowed(plan, dtype, sources, dst, true)
 }
 
 /// Writes each box's buffer range, read in order, into the rows of the box, in array order
 /// (the inverse of [`row_gather`]).
 ///
 /// # Errors
-/// As [`gpubuf_core::Kernels::scatter`]: [`check_scatter_args`]; a lock already held by
-/// this thread. Nothing is written then.
+/// As [`gpubuf_core::Kernels::scatter`]: [`check_scatter_args`]; a conflicting borrow of
+/// the bytes already held by this thread (see [`CpuMemory::with_bytes`]). Nothing is written then.
 pub fn row_scatter(
     plan: &CopyPlan,
     dtype: DType,
@@ -181,23 +183,26 @@ pub fn row_scatter(
     targets: &[MemRef<'_, CpuMemory>],
 ) -> Result<()> {
     check_scatter_args(plan, dtype, targets, src)?;
-    locked(plan, dtype, targets, src, false)
+    borrowed(plan, dtype, targets, src, false)
 }
 
-fn locked(
+fn borrowed(
     plan: &CopyPlan,
     dtype: DType,
     arrays: &[MemRef<'_, CpuMemory>],
     buffer: MemRef<'_, CpuMemory>,
     to_buffer: bool,
 ) -> Result<()> {
-    let mut mems: Vec<&CpuMemory> = arrays.iter().map(|a| a.memory).collect();
-    mems.push(buffer.memory);
-    let (_guards, ptrs) = lock_all(&mems)?;
+    // A gather reads the arrays and writes the buffer; a scatter the other way round.
+    let (array_mode, buffer_mode) =
+        if to_buffer { (Mode::Shared, Mode::Exclusive) } else { (Mode::Exclusive, Mode::Shared) };
+    let spans = crate::kernels::plan_spans(plan, dtype.size(), arrays, array_mode, buffer, buffer_mode);
+    let (_borrows, ptrs) = borrow_all(&spans)?;
     // SAFETY: the checks passed (by the callers), so every range lies inside its
     // allocation with the plan's lengths, the buffer is disjoint from the arrays, and a
-    // scatter writes each element once into disjoint targets; the locks of every
-    // allocation are held until `_guards` drops.
+    // scatter writes each element once into disjoint targets; the plan touches only the
+    // bytes `plan_spans` names, borrowed until `_borrows` drops (for writing where it
+    // writes).
     unsafe {
         let array_ptrs: Vec<*mut u8> = arrays.iter().zip(&ptrs).map(|(a, p)| p.add(a.offset)).collect();
         run(plan, dtype, &array_ptrs, ptrs[arrays.len()].add(buffer.offset), to_buffer);

@@ -2,11 +2,13 @@
 //! host memory (`Vec<T>`, ndarray `Array`) adopted as gpubuf memory without a copy.
 //!
 //! # Contracts
-//! * **Views** ([`view`], [`view_mut`]) run a closure while the allocation's lock is held
-//!   (see [`CpuMemory::with_bytes`]): the view cannot outlive the closure, and a backend call
-//!   on the same allocation from inside it fails with [`Error::InvalidArgument`] instead of
-//!   aliasing the view. The buffer's own byte offset is applied, so two arrays carved from
-//!   one allocation (a pool segment) each see their own elements.
+//! * **Views** ([`view`], [`view_mut`]) run a closure while the bytes the view spans are
+//!   borrowed, for reading or for writing (see [`CpuMemory::with_bytes`]): the view cannot
+//!   outlive the closure, and a backend call from inside it that would write those bytes
+//!   (or, from a mutable view, touch them at all) fails with [`Error::InvalidArgument`]
+//!   instead of aliasing the view. The buffer's own byte offset is applied, so two arrays
+//!   carved from one allocation (a pool segment) each see, and borrow, their own elements:
+//!   reading one while writing the other, nested or from two threads, works.
 //! * **Adoption** ([`adopt_vec`], [`adopt_array`]) takes ownership: the `Vec`'s allocation
 //!   becomes the [`CpuMemory`] and is freed exactly once, with the `Vec`'s own layout, when
 //!   the last view of the returned array drops. CPU kernels read elements of up to
@@ -58,8 +60,8 @@ fn viewed<T: Element>(nd: &NDBuffer<CpuBackend, T>) -> Result<Layout> {
 ///
 /// # Errors
 /// [`Error::InvalidArgument`] when the buffer's offset is not whole elements, or when called
-/// from inside a closure that holds the same allocation; [`Error::OutOfBounds`] when the
-/// layout leaves the buffer.
+/// from inside a closure that holds a write borrow of bytes this view spans (a `view_mut`
+/// of an overlapping array); [`Error::OutOfBounds`] when the layout leaves the buffer.
 pub fn view<T: Element, R>(
     nd: &NDBuffer<CpuBackend, T>,
     f: impl FnOnce(ArrayViewD<'_, T>) -> R,
@@ -71,7 +73,8 @@ pub fn view<T: Element, R>(
 ///
 /// # Errors
 /// As [`view`], plus [`Error::InvalidArgument`] when the view addresses an element twice
-/// (a broadcast).
+/// (a broadcast), or when called from inside a closure that holds any borrow of bytes this
+/// view spans (a read view of the same or an overlapping array).
 pub fn view_mut<T: Element, R>(
     nd: &NDBuffer<CpuBackend, T>,
     f: impl FnOnce(ArrayViewMutD<'_, T>) -> R,
@@ -170,9 +173,9 @@ pub fn adopt_array<T: Element, D: Dimension>(
 /// The CPU's user kernel: runs `f(first, chunk)` over rayon for consecutive chunks of
 /// `chunk` indices along `axis` of `out` (the last one may be shorter), `first` being the
 /// chunk's first index along `axis`. Use it inside [`view_mut`]. The rayon workers get
-/// the calling thread's locks lent: from inside `f`, a backend call on an allocation the
-/// caller holds (the arrays being viewed) is the same re-entrancy error as on the calling
-/// thread, never a wait on a lock that cannot be released.
+/// the calling thread's borrows lent: from inside `f`, a backend call that conflicts with
+/// a borrow the caller holds (the arrays being viewed) is the same re-entrancy error as on
+/// the calling thread, never a wait on a borrow that cannot be released.
 ///
 /// ```
 /// use gpubuf_buffer::NDBuffer;
@@ -210,11 +213,11 @@ pub fn par_chunks_mut<T: Element>(
     let parts: Vec<_> = out.axis_chunks_iter_mut(Axis(axis), chunk).enumerate().collect();
     // Sequential under Miri, as the copy kernels (`kernels::PARALLEL`).
     if crate::kernels::PARALLEL {
-        // The workers run on behalf of this thread, which holds the view's lock while it
-        // waits for them: they get its locks lent, so a closure that calls back into the
-        // same allocation gets the re-entrancy error instead of waiting for ever.
-        let held = crate::memory::held_now();
-        parts.into_par_iter().for_each(|(k, part)| crate::memory::lending(&held, || f(k * chunk, part)));
+        // The workers run on behalf of this thread, which holds the view's borrow while it
+        // waits for them: they get its borrows lent, so a closure that calls back into the
+        // same bytes gets the re-entrancy error instead of waiting for ever.
+        let held = crate::borrow::held_now();
+        parts.into_par_iter().for_each(|(k, part)| crate::borrow::lending(&held, || f(k * chunk, part)));
     } else {
         parts.into_iter().for_each(|(k, part)| f(k * chunk, part));
     }

@@ -10,7 +10,9 @@
 //! prefetch) is in [`crate::rows`]. Plans smaller than [`SERIAL_BELOW`] bytes run on the
 //! calling thread alone.
 
-use gpubuf_core::{CopyPlan, DType, Segment};
+use crate::borrow::Mode;
+use crate::memory::{CpuMemory, Span};
+use gpubuf_core::{CopyPlan, DType, MemRef, Segment};
 
 /// Elements per parallel work unit (rows are never split).
 const UNIT: usize = 32 * 1024;
@@ -37,7 +39,8 @@ pub(crate) enum Direction {
 pub(crate) struct Ptr(pub(crate) *mut u8);
 // SAFETY: the pointers are only dereferenced at element positions the plan validation
 // proved disjoint for writes (buffer ranges for gather, `check_scatter` for scatter) and
-// inside the allocations whose locks the caller holds for the whole call.
+// inside the byte ranges the caller has borrowed for the whole call (for writing where it
+// writes, see `crate::borrow`).
 unsafe impl Send for Ptr {}
 // SAFETY: as above.
 unsafe impl Sync for Ptr {}
@@ -147,6 +150,59 @@ impl Job {
         }
         e0 * e1 * e2
     }
+}
+
+/// The byte ranges a run of `plan` (checked by `check_plan_args` against these ranges)
+/// touches, one per range given and in that order, to borrow: for each array, from the
+/// lowest to one past the highest element any segment reaches (empty when none reads it),
+/// borrowed `array_mode`; for the buffer, the plan's `buffer_len` elements, borrowed
+/// `buffer_mode`. Offsets count from each allocation's first byte. A bound that cannot be
+/// computed (never for a valid plan) falls back to the whole range given.
+pub(crate) fn plan_spans<'a>(
+    plan: &CopyPlan,
+    size: usize,
+    arrays: &[MemRef<'a, CpuMemory>],
+    array_mode: Mode,
+    buffer: MemRef<'a, CpuMemory>,
+    buffer_mode: Mode,
+) -> Vec<Span<'a>> {
+    // Lowest and one-past-highest element of each source, in i128 (no overflow: at most
+    // MAX_DIMS products of two values below 2^64).
+    let mut reach: Vec<Option<(i128, i128)>> = vec![None; arrays.len()];
+    for s in plan.segments().iter().filter(|s| !s.is_empty()) {
+        let (mut lo, mut hi) = (s.offset as i128, s.offset as i128);
+        for (&n, &st) in s.extents.iter().zip(&s.strides) {
+            let r = (n as i128 - 1) * st as i128;
+            if r < 0 {
+                lo += r;
+            } else {
+                hi += r;
+            }
+        }
+        if let Some(slot) = reach.get_mut(s.source) {
+            let (l, h) = slot.unwrap_or((lo, hi + 1));
+            *slot = Some((l.min(lo), h.max(hi + 1)));
+        }
+    }
+    let bytes = |a: &MemRef<'a, CpuMemory>, lo: i128, hi: i128| -> Option<(usize, usize)> {
+        let lo = usize::try_from(lo).ok()?.checked_mul(size)?;
+        let hi = usize::try_from(hi).ok()?.checked_mul(size)?;
+        (lo <= hi && hi <= a.len).then_some((a.offset.checked_add(lo)?, hi - lo))
+    };
+    let mut spans: Vec<Span<'a>> = arrays
+        .iter()
+        .zip(&reach)
+        .map(|(a, r)| {
+            let (start, len) = match *r {
+                None => (a.offset, 0),
+                Some((lo, hi)) => bytes(a, lo, hi).unwrap_or((a.offset, a.len)),
+            };
+            (a.memory, start, len, array_mode)
+        })
+        .collect();
+    let buffer_bytes = plan.buffer_len().checked_mul(size).filter(|&b| b <= buffer.len).unwrap_or(buffer.len);
+    spans.push((buffer.memory, buffer.offset, buffer_bytes, buffer_mode));
+    spans
 }
 
 /// Executes `plan`.

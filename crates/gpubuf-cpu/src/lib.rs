@@ -29,6 +29,7 @@
 mod array;
 mod backend;
 pub mod baseline;
+mod borrow;
 mod huge;
 pub mod interop;
 mod kernels;

@@ -1,62 +1,29 @@
-//! 64-byte aligned host allocations with a per-allocation lock.
+//! 64-byte aligned host allocations whose bytes are borrowed by range.
 //!
 //! The CPU backend shares allocations between handles (`&CpuMemory`), as device memory is
-//! shared on a GPU. To keep that free of data races in Rust's sense, every operation holds
-//! the allocation's lock while it touches the bytes; operations on several allocations
-//! take the locks in address order, so they cannot deadlock.
+//! shared on a GPU. To keep that free of data races in Rust's sense, every operation
+//! borrows the byte range it touches (shared to read, exclusive to write, see
+//! [`crate::borrow`]) for as long as it touches it; an operation on several ranges borrows
+//! them in the order (allocation address, byte offset), so it cannot deadlock.
 //!
-//! A closure given to [`CpuMemory::with_bytes`] (or `with_array`) runs with the lock held
-//! and may call the backend again. Each thread records the locks it holds, so such a call
-//! never deadlocks:
-//! * on an allocation the thread already holds, it fails with
-//!   [`Error::InvalidArgument`] (re-entrant access would alias the closure's slice);
-//! * on an allocation ordered after every lock the thread holds, it waits as usual (the
-//!   address order is kept);
-//! * on one ordered before, it only tries the lock, and fails with
-//!   [`Error::InvalidArgument`] when another thread holds it (waiting there could close a
-//!   cycle). Calling from outside the closure avoids both errors.
+//! A closure given to [`CpuMemory::with_bytes`] (the whole allocation) or `with_array`
+//! (the bytes its view spans) runs with the range borrowed and may call the backend again.
+//! Each thread records the borrows it holds, so such a call never deadlocks:
+//! * on bytes that conflict with a borrow the thread holds (they overlap, and one of the
+//!   two writes), it fails with [`Error::InvalidArgument`] (re-entrant access would alias
+//!   the closure's slice); disjoint bytes of the same allocation, or overlapping reads, are
+//!   borrowed as usual;
+//! * on a range ordered after every borrow the thread holds, it waits as usual for another
+//!   thread's conflicting borrow to end;
+//! * on any other range, it only tries, and fails with [`Error::InvalidArgument`] when
+//!   another thread holds a conflicting borrow (waiting there could close a cycle). Calling
+//!   from outside the closure avoids both errors.
 
+use crate::borrow::{Borrowed, Borrows, Mode};
 use gpubuf_core::{DeviceMemory, Error, Result};
-use parking_lot::{Mutex, MutexGuard};
 use std::alloc::{alloc_zeroed, dealloc, Layout};
-use std::cell::RefCell;
 use std::fmt;
 use std::ptr::NonNull;
-
-thread_local! {
-    /// Ids of the allocations whose locks this thread holds.
-    static HELD: RefCell<Vec<usize>> = const { RefCell::new(Vec::new()) };
-}
-
-/// The allocations whose locks the calling thread holds, to lend to threads that work for
-/// it while it waits (see [`lending`]).
-pub(crate) fn held_now() -> Vec<usize> {
-    HELD.try_with(|h| h.borrow().clone()).unwrap_or_default()
-}
-
-/// Runs `f` with `ids` counted as held by this thread too. A worker thread running a
-/// closure for a thread that holds locks and waits for the worker must not wait on those
-/// locks (the holder cannot release them until the worker is done): with the ids lent, a
-/// call back into the same allocation is the re-entrancy error instead of a deadlock, and
-/// a busy allocation ordered before them is tried, not waited for.
-pub(crate) fn lending<R>(ids: &[usize], f: impl FnOnce() -> R) -> R {
-    struct Return<'a>(&'a [usize]);
-    impl Drop for Return<'_> {
-        fn drop(&mut self) {
-            let _ = HELD.try_with(|h| {
-                let mut h = h.borrow_mut();
-                for id in self.0 {
-                    if let Some(at) = h.iter().rposition(|x| x == id) {
-                        h.swap_remove(at);
-                    }
-                }
-            });
-        }
-    }
-    let _ = HELD.try_with(|h| h.borrow_mut().extend_from_slice(ids));
-    let _back = Return(ids);
-    f()
-}
 
 /// Alignment of every CPU allocation, in bytes.
 pub const ALIGN: usize = 64;
@@ -68,13 +35,15 @@ pub struct CpuMemory {
     /// Bytes mapped with `mmap` (huge-page backed, see [`crate::huge`]), or 0 for a heap
     /// allocation.
     mapped: usize,
-    lock: Mutex<()>,
+    /// The live borrows of its byte ranges.
+    borrows: Borrows,
     /// Frees adopted memory instead of `dealloc`/`unmap` (see `crate::interop`).
     release: Option<Box<dyn FnOnce() + Send + Sync>>,
 }
 
-// SAFETY: the allocation is owned by this value and every access to its bytes happens while
-// `lock` is held (see `Locked`), so sharing references across threads cannot race.
+// SAFETY: the allocation is owned by this value and every access to its bytes happens under
+// a borrow of the accessed range in `borrows` (exclusive where it writes, see
+// `crate::borrow`), so sharing references across threads cannot race.
 unsafe impl Send for CpuMemory {}
 // SAFETY: as above.
 unsafe impl Sync for CpuMemory {}
@@ -96,7 +65,7 @@ impl CpuMemory {
         len: usize,
         release: Box<dyn FnOnce() + Send + Sync>,
     ) -> Self {
-        CpuMemory { ptr, len, mapped: 0, lock: Mutex::new(()), release: Some(release) }
+        CpuMemory { ptr, len, mapped: 0, borrows: Borrows::default(), release: Some(release) }
     }
 
     /// Adopts `len` bytes of host memory at `ptr` that something else owns (a numpy
@@ -104,8 +73,9 @@ impl CpuMemory {
     /// returned memory drops and is then dropped, exactly once (on whichever thread drops the
     /// last handle): that is the moment the memory is given back. gpubuf never frees `ptr`.
     ///
-    /// The adopted memory takes part in the lock model of this module like any allocation:
-    /// gpubuf's operations on it hold its lock while they touch the bytes.
+    /// The adopted memory takes part in the borrow model of this module like any
+    /// allocation: gpubuf's operations on it borrow the bytes they touch while they touch
+    /// them.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] when `ptr` is not a multiple of
@@ -121,14 +91,14 @@ impl CpuMemory {
     ///   `owner` is what keeps it alive);
     /// * while the returned memory (or any handle of it) lives, nothing outside gpubuf
     ///   reads the bytes while a gpubuf operation may write them, nor writes them while a
-    ///   gpubuf operation may read or write them: gpubuf's lock orders its own accesses
+    ///   gpubuf operation may read or write them: gpubuf's borrows order its own accesses
     ///   only, so foreign accesses must be ordered by the caller (for example by not
     ///   touching the memory from another thread during a gpubuf call), and no Rust
     ///   reference (`&[u8]`, `&mut [u8]`) to the bytes may be live across a gpubuf call;
     /// * no gpubuf operation is given both this memory and another allocation that shares
     ///   bytes with it (a gpubuf allocation, or the same bytes adopted again), unless the
-    ///   operation checks for it: distinct allocations are taken to be disjoint (each has its
-    ///   own lock, and copies between them do not allow for overlap). The CPU backend's
+    ///   operation checks for it: distinct allocations are taken to be disjoint (each tracks its
+    ///   own borrows, and copies between them do not allow for overlap). The CPU backend's
     ///   copies, gathers and scatters check, and refuse such a pair with
     ///   [`Error::InvalidArgument`]; nested `with_bytes`/`with_array` closures on two
     ///   allocations, and code walking allocations' bytes itself, do not.
@@ -159,13 +129,13 @@ impl CpuMemory {
             // Dangling but aligned and non-null: the empty slices formed from it are valid.
             let ptr = NonNull::new(std::ptr::without_provenance_mut::<u8>(ALIGN))
                 .ok_or_else(|| Error::invalid("null"))?;
-            return Ok(CpuMemory { ptr, len, mapped: 0, lock: Mutex::new(()), release: None });
+            return Ok(CpuMemory { ptr, len, mapped: 0, borrows: Borrows::default(), release: None });
         }
         if let Some((ptr, mapped)) = crate::huge::map(len) {
             if touch {
                 crate::huge::touch(ptr, len);
             }
-            return Ok(CpuMemory { ptr, len, mapped, lock: Mutex::new(()), release: None });
+            return Ok(CpuMemory { ptr, len, mapped, borrows: Borrows::default(), release: None });
         }
         let layout = Layout::from_size_align(len, ALIGN).map_err(|_| Error::OutOfMemory {
             requested: len,
@@ -179,42 +149,24 @@ impl CpuMemory {
         if touch {
             crate::huge::touch(ptr, len);
         }
-        Ok(CpuMemory { ptr, len, mapped: 0, lock: Mutex::new(()), release: None })
+        Ok(CpuMemory { ptr, len, mapped: 0, borrows: Borrows::default(), release: None })
     }
 
-    /// Locks the allocation for exclusive access, by the rules in the module docs.
+    /// Borrows bytes `start .. start + len` (inside the allocation: the callers check),
+    /// by the rules in the module docs; released when the guard drops.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] when this thread already holds the lock, or when it holds
-    /// a lock ordered after this one and another thread holds this one.
-    pub(crate) fn lock(&self) -> Result<Locked<'_>> {
-        let id = self.id();
-        // Outside a thread's lifetime (thread-local destructors) nothing is recorded: the
-        // thread holds no lock then, so waiting is safe.
-        let (mine, highest) = HELD
-            .try_with(|h| {
-                let h = h.borrow();
-                (h.contains(&id), h.iter().copied().max())
-            })
-            .unwrap_or((false, None));
-        if mine {
-            return Err(Error::invalid(format!(
-                "re-entrant access to CPU allocation {id:#x}: this thread already holds it (a backend \
-                 call from inside with_bytes/with_array on the same allocation)"
-            )));
-        }
-        let guard = match highest {
-            Some(top) if top > id => self.lock.try_lock().ok_or_else(|| {
-                Error::invalid(format!(
-                    "CPU allocation {id:#x} is busy on another thread and this thread holds a later \
-                     lock (inside with_bytes/with_array): waiting could deadlock; call from outside \
-                     the closure"
-                ))
-            })?,
-            _ => self.lock.lock(),
-        };
-        let _ = HELD.try_with(|h| h.borrow_mut().push(id));
-        Ok(Locked { mem: self, _guard: guard })
+    /// [`Error::InvalidArgument`] when this thread holds a conflicting borrow of these
+    /// bytes, or when another thread does and the range is not ordered after every borrow
+    /// this thread holds.
+    pub(crate) fn borrow(&self, start: usize, len: usize, mode: Mode) -> Result<Borrowed<'_>> {
+        let end = start.checked_add(len).filter(|&e| e <= self.len).ok_or(Error::OutOfBounds {
+            what: "borrowed bytes of a CPU allocation".into(),
+            start,
+            end: start.saturating_add(len),
+            len: self.len,
+        })?;
+        self.borrows.borrow(self.id(), start, end, mode)
     }
 
     /// The allocation's first byte, for libraries that read or write host memory in place
@@ -240,23 +192,59 @@ impl CpuMemory {
             && (base as u128) < start as u128 + len as u128
     }
 
-    /// Runs `f` on the bytes while holding the lock.
+    /// Runs `f` on the whole allocation's bytes while they are borrowed for reading (other
+    /// readers may run at the same time; writers of any of its bytes wait, or are refused
+    /// as in the module docs).
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] when called from inside a closure that already holds this
-    /// allocation (see the module docs); `f` does not run then.
+    /// [`Error::InvalidArgument`] when called from inside a closure that holds a write
+    /// borrow of any of these bytes (see the module docs); `f` does not run then.
     pub fn with_bytes<R>(&self, f: impl FnOnce(&[u8]) -> R) -> Result<R> {
-        let l = self.lock()?;
-        Ok(f(l.bytes()))
+        self.with_range(0, self.len, f)
     }
 
-    /// Runs `f` on the bytes, mutably, while holding the lock.
+    /// Runs `f` on the whole allocation's bytes, mutably, while they are borrowed for
+    /// writing (no other borrow of any of its bytes is live meanwhile).
     ///
     /// # Errors
-    /// As [`CpuMemory::with_bytes`].
+    /// [`Error::InvalidArgument`] when called from inside a closure that holds a borrow of
+    /// any of these bytes (see the module docs); `f` does not run then.
     pub fn with_bytes_mut<R>(&self, f: impl FnOnce(&mut [u8]) -> R) -> Result<R> {
-        let mut l = self.lock()?;
-        Ok(f(l.bytes_mut()))
+        self.with_range_mut(0, self.len, f)
+    }
+
+    /// Runs `f` on bytes `start .. start + len`, borrowed for reading.
+    ///
+    /// # Errors
+    /// [`Error::OutOfBounds`] when the range leaves the allocation; as
+    /// [`CpuMemory::with_bytes`].
+    pub(crate) fn with_range<R>(&self, start: usize, len: usize, f: impl FnOnce(&[u8]) -> R) -> Result<R> {
+        let _borrow = self.borrow(start, len, Mode::Shared)?;
+        // SAFETY: `borrow` checked the range inside our live allocation (`ptr` is valid for
+        // `self.len` bytes, initialised: zeroed or adopted initialised) and holds a shared
+        // borrow of it until `_borrow` drops, after `f`: no writer touches these bytes
+        // meanwhile, and the slice does not escape `f`.
+        let bytes = unsafe { std::slice::from_raw_parts(self.ptr.as_ptr().add(start), len) };
+        Ok(f(bytes))
+    }
+
+    /// Runs `f` on bytes `start .. start + len`, mutably, borrowed for writing.
+    ///
+    /// # Errors
+    /// [`Error::OutOfBounds`] when the range leaves the allocation; as
+    /// [`CpuMemory::with_bytes_mut`].
+    pub(crate) fn with_range_mut<R>(
+        &self,
+        start: usize,
+        len: usize,
+        f: impl FnOnce(&mut [u8]) -> R,
+    ) -> Result<R> {
+        let _borrow = self.borrow(start, len, Mode::Exclusive)?;
+        // SAFETY: as in `with_range`, with an exclusive borrow: no other access (on any
+        // thread) reaches these bytes until `_borrow` drops, after `f`, so this is the only
+        // reference to them.
+        let bytes = unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr().add(start), len) };
+        Ok(f(bytes))
     }
 }
 
@@ -284,61 +272,61 @@ impl DeviceMemory for CpuMemory {
     }
 }
 
-/// An allocation whose lock is held: the holder may read and write its bytes.
-pub(crate) struct Locked<'a> {
-    mem: &'a CpuMemory,
-    _guard: MutexGuard<'a, ()>,
-}
+/// One range an operation borrows: the allocation, the first byte, the length, and how.
+pub(crate) type Span<'a> = (&'a CpuMemory, usize, usize, Mode);
 
-impl Drop for Locked<'_> {
-    fn drop(&mut self) {
-        let id = self.mem.id();
-        let _ = HELD.try_with(|h| {
-            let mut h = h.borrow_mut();
-            if let Some(at) = h.iter().rposition(|&x| x == id) {
-                h.swap_remove(at);
-            }
-        });
-    }
-}
-
-impl Locked<'_> {
-    pub(crate) fn bytes(&self) -> &[u8] {
-        // SAFETY: ptr/len describe our live allocation; the lock excludes other accessors.
-        unsafe { std::slice::from_raw_parts(self.mem.ptr.as_ptr(), self.mem.len) }
-    }
-
-    pub(crate) fn bytes_mut(&mut self) -> &mut [u8] {
-        // SAFETY: as in `bytes`; `&mut self` makes this the only slice handed out.
-        unsafe { std::slice::from_raw_parts_mut(self.mem.ptr.as_ptr(), self.mem.len) }
-    }
-}
-
-/// Locks every distinct allocation among `mems` in address order; returns the guards and,
-/// for each input, the base pointer of its allocation. On an error the locks taken so far
-/// are released.
+/// Borrows every range of `spans`, in the order (allocation address, byte offset), the
+/// overlapping ranges of one allocation merged into one (a write where any of them
+/// writes); returns the borrows and, for each input, the base pointer of its allocation.
+/// On an error the borrows taken so far are released.
 ///
 /// # Errors
-/// As [`CpuMemory::lock`]; [`Error::InvalidArgument`] (nothing locked) when two distinct
-/// allocations share bytes (memory adopted twice, or a gpubuf allocation adopted again
-/// through a foreign view of it): the callers copy between allocations as if they were
-/// disjoint.
-pub(crate) fn lock_all<'a>(mems: &[&'a CpuMemory]) -> Result<(Vec<Locked<'a>>, Vec<*mut u8>)> {
-    let mut order: Vec<&CpuMemory> = mems.to_vec();
+/// As [`CpuMemory::borrow`]; [`Error::InvalidArgument`] (nothing borrowed) when two
+/// distinct allocations share bytes (memory adopted twice, or a gpubuf allocation adopted
+/// again through a foreign view of it): the callers copy between allocations as if they
+/// were disjoint.
+pub(crate) fn borrow_all<'a>(spans: &[Span<'a>]) -> Result<(Vec<Borrowed<'a>>, Vec<*mut u8>)> {
+    let mut order: Vec<&CpuMemory> = spans.iter().map(|s| s.0).collect();
     order.sort_by_key(|m| m.id());
     order.dedup_by_key(|m| m.id());
-    let mut spans: Vec<(usize, usize)> =
+    let mut extents: Vec<(usize, usize)> =
         order.iter().filter(|m| m.len > 0).map(|m| (m.ptr.as_ptr() as usize, m.len)).collect();
-    spans.sort_unstable();
-    if spans.windows(2).any(|w| w[0].0.saturating_add(w[0].1) > w[1].0) {
+    extents.sort_unstable();
+    if extents.windows(2).any(|w| w[0].0.saturating_add(w[0].1) > w[1].0) {
         return Err(Error::invalid(
             "two distinct CPU allocations share memory (host memory adopted twice, or a gpubuf \
              allocation adopted again): one operation cannot use both",
         ));
     }
-    let guards: Vec<Locked<'a>> = order.iter().map(|m| m.lock()).collect::<Result<_>>()?;
-    let ptrs = mems.iter().map(|m| m.ptr.as_ptr()).collect();
-    Ok((guards, ptrs))
+    let mut ranges: Vec<(&CpuMemory, usize, usize, Mode)> = Vec::with_capacity(spans.len());
+    for &(m, start, len, mode) in spans {
+        let end = start.checked_add(len).filter(|&e| e <= m.len).ok_or(Error::OutOfBounds {
+            what: "borrowed bytes of a CPU allocation".into(),
+            start,
+            end: start.saturating_add(len),
+            len: m.len,
+        })?;
+        if len > 0 {
+            ranges.push((m, start, end, mode));
+        }
+    }
+    ranges.sort_by_key(|r| (r.0.id(), r.1));
+    let mut merged: Vec<(&CpuMemory, usize, usize, Mode)> = Vec::with_capacity(ranges.len());
+    for r in ranges {
+        match merged.last_mut() {
+            Some(last) if last.0.id() == r.0.id() && r.1 < last.2 => {
+                last.2 = last.2.max(r.2);
+                if r.3 == Mode::Exclusive {
+                    last.3 = Mode::Exclusive;
+                }
+            }
+            _ => merged.push(r),
+        }
+    }
+    let borrows = merged.iter().map(|&(m, start, end, mode)| m.borrow(start, end - start, mode));
+    let borrows: Vec<Borrowed<'a>> = borrows.collect::<Result<_>>()?;
+    let ptrs = spans.iter().map(|s| s.0.ptr.as_ptr()).collect();
+    Ok((borrows, ptrs))
 }
 
 #[cfg(test)]
@@ -371,20 +359,21 @@ mod tests {
         assert_eq!(mem.as_ptr(), ptr.as_ptr());
         mem.with_bytes_mut(|b| b[8] = 7).unwrap();
         mem.with_bytes(|b| assert_eq!(b[8], 7)).unwrap();
-        // Re-entrant access is refused as for gpubuf's own allocations.
-        assert!(mem.with_bytes(|_| mem.with_bytes(|_| ()).is_err()).unwrap());
+        // Re-entrant writes are refused as for gpubuf's own allocations; reads may nest.
+        assert!(mem.with_bytes(|_| mem.with_bytes_mut(|_| ()).is_err()).unwrap());
+        assert!(mem.with_bytes(|_| mem.with_bytes(|_| ()).is_ok()).unwrap());
         assert_eq!(drops.load(Ordering::SeqCst), 0);
         drop(mem);
         assert_eq!(drops.load(Ordering::SeqCst), 1);
     }
 
     #[test]
-    fn lock_all_refuses_distinct_allocations_sharing_bytes() {
+    fn borrow_all_refuses_distinct_allocations_sharing_bytes() {
         let mut storage = vec![0u64; 8];
         let base = storage.as_mut_ptr().cast::<u8>();
         let at = |k: usize| NonNull::new(base.wrapping_add(k)).unwrap();
         // SAFETY: every range lies inside the 64 bytes of `storage`, which outlives the three
-        // and is not touched otherwise; the overlapping pairs are only given to `lock_all`,
+        // and is not touched otherwise; the overlapping pairs are only given to `borrow_all`,
         // which must refuse them before any byte is touched.
         let (a, b, c) = unsafe {
             (
@@ -394,12 +383,15 @@ mod tests {
             )
         };
         let own = CpuMemory::new(64, false).unwrap();
-        assert!(lock_all(&[&a, &b]).is_err());
-        assert!(lock_all(&[&own, &c, &b]).is_err());
-        // Adjacent, or the same allocation twice, is fine; nothing stays locked after a
+        fn all(m: &CpuMemory) -> Span<'_> {
+            (m, 0, m.len(), Mode::Shared)
+        }
+        assert!(borrow_all(&[all(&a), all(&b)]).is_err());
+        assert!(borrow_all(&[all(&own), all(&c), all(&b)]).is_err());
+        // Adjacent, or the same allocation twice, is fine; nothing stays borrowed after a
         // refusal.
-        assert_eq!(lock_all(&[&a, &c, &a, &own]).unwrap().1.len(), 4);
-        assert!(lock_all(&[&b]).is_ok());
+        assert_eq!(borrow_all(&[all(&a), all(&c), all(&a), all(&own)]).unwrap().1.len(), 4);
+        assert!(borrow_all(&[all(&b)]).is_ok());
         drop((a, b, c));
         drop(storage);
     }

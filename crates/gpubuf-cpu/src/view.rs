@@ -9,9 +9,25 @@ use ndarray::{ArrayViewD, ArrayViewMutD};
 /// flips and offsets (including the offset of its buffer in a shared allocation, such as a
 /// pool segment holding several arrays).
 ///
-/// The view lives only inside the closure, which runs while the allocation's lock is held:
-/// a backend call on the same allocation from inside it is an error, not an alias (see
-/// [`interop`]).
+/// The view lives only inside the closure, which runs while the bytes the view spans are
+/// borrowed (for reading, or for writing with `view_mut`): a conflicting backend call on
+/// those bytes from inside it is an error, not an alias, while other arrays of the same
+/// allocation (a pool segment) stay free to view and write (see [`interop`]).
+///
+/// ```
+/// use gpubuf_buffer::NDBuffer;
+/// use gpubuf_cpu::{CpuBackend, CpuView};
+///
+/// let cpu = CpuBackend::new();
+/// let a = NDBuffer::<_, f64>::from_slice(&cpu, &[4], &[1.0, 2.0, 3.0, 4.0])?;
+/// let (lo, hi) = (a.slice(&[0..2])?, a.slice(&[2..4])?);
+/// // Disjoint slices of one array: read one while writing the other.
+/// lo.view(|l| hi.view_mut(|mut h| h += &l))?;
+/// assert_eq!(a.to_vec()?, vec![1.0, 2.0, 4.0, 6.0]);
+/// // The same bytes read and written: an error, not an alias.
+/// assert!(a.view(|_| lo.view_mut(|_| ()))?.is_err());
+/// # Ok::<(), gpubuf_core::Error>(())
+/// ```
 ///
 /// ```
 /// use gpubuf_buffer::NDBuffer;
