@@ -122,8 +122,12 @@ fn without_rust<'a>(cmd: &'a mut Command, venv: &Path) -> &'a mut Command {
 fn fresh_venv(dir: &Path, wheel: &Path) -> Result<PathBuf, String> {
     let _ = std::fs::remove_dir_all(dir);
     let host = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
+    // Found on this PATH: the folder of a Python installed next to cargo is left out below.
+    let found = std::env::var_os("PATH")
+        .and_then(|p| std::env::split_paths(&p).map(|d| d.join(&host)).find(|f| f.is_file()));
+    let host = found.filter(|_| !host.contains('/')).unwrap_or_else(|| PathBuf::from(&host));
     if !run_ok(without_rust(Command::new(&host).args(["-m", "venv"]).arg(dir), dir)) {
-        return Err(format!("`{host} -m venv {}` failed", dir.display()));
+        return Err(format!("`{} -m venv {}` failed", host.display(), dir.display()));
     }
     let python = dir.join("bin").join("python");
     let pip = |extra: &[&str], pins: &[&str], wheel: Option<&Path>| {
