@@ -41,6 +41,7 @@ pub mod ffi_guard;
 pub mod gil;
 pub mod halo;
 pub mod halo_args;
+pub mod halo_fields;
 pub mod halo_run;
 pub mod interop;
 pub mod mirror;
@@ -75,6 +76,7 @@ fn gpubuf_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<halo::PyQuantityHaloSpec>()?;
     m.add_class::<halo::PyHaloExchangeSpec>()?;
     m.add_class::<halo_run::PyHaloDataTransformer>()?;
+    m.add_class::<halo_fields::PyHaloFields>()?;
     m.add_function(wrap_pyfunction!(cuda::_cuda_array_interface, m)?)?;
     m.add_function(wrap_pyfunction!(cuda::_parse_cuda_array_interface, m)?)?;
     m.add_class::<bench::PyEvictor>()?;

@@ -446,6 +446,39 @@ class HaloDataTransformer:
     @property
     def backend(self) -> Backend: ...
 
+# A field of HaloFields: a QuantityHaloSpec (gpubuf's or pace's), an array whose shape and
+# dtype describe it (with n_halo= and dims=), or a pair of either (a vector: x, y).
+_FieldSpec = Union[QuantityHaloSpec, _Quantity, Tuple[Any, Any]]
+
+class HaloFields:
+    """The halo update of many fields at once, every boundary (edges and corners), built once:
+    periodic on one rank (``update``), or rank ``rank`` of ``tile=(ny, nx)`` / ``cube=layout``
+    exchanging one message per neighbour (``pack``, ``message``, ``receive``, ``unpack``)."""
+
+    def __init__(
+        self,
+        fields: Sequence[_FieldSpec],
+        n_halo: Optional[int] = None,
+        dims: Optional[Sequence[str]] = None,
+        backend: Optional[Backend] = None,
+        periodic: bool = True,
+        tile: Optional[Tuple[int, int]] = None,
+        cube: Optional[int] = None,
+        rank: int = 0,
+    ) -> None: ...
+    def update(self, arrays: Sequence[Union[_Quantity, Tuple[_Quantity, _Quantity]]]) -> None: ...
+    def pack(self, k: int, arrays: Sequence[Union[_Quantity, Tuple[_Quantity, _Quantity]]]) -> None: ...
+    def message(self, k: int) -> bytes: ...
+    def receive(self, k: int, data: bytes) -> None: ...
+    def unpack(self, k: int, arrays: Sequence[Union[_Quantity, Tuple[_Quantity, _Quantity]]]) -> None: ...
+    @property
+    def neighbors(self) -> List[int]: ...
+    @property
+    def dtypes(self) -> List[np.dtype]: ...
+    @property
+    def backend(self) -> Backend: ...
+    def __len__(self) -> int: ...
+
 # Private: the Rust side of `python -m gpubuf.bench`.
 class _Evictor:
     def __init__(self, backend: Backend, nbytes: int) -> None: ...
