@@ -16,105 +16,13 @@
 //! [`aliases_other_allocation`] finds a gpubuf array over another allocation's bytes.
 
 use crate::dtype::{dispatch, with_dtype, AnyArray, Wrap};
-use gpubuf::cpu::{interop::ADOPT_ALIGN, CpuMemory};
+pub use crate::numpy_mem::{byte_extent, data_ptr, numpy_span, span, span_unaligned, writeable, Span};
+use gpubuf::cpu::CpuMemory;
 use gpubuf::device::Memory;
 use gpubuf::{Buffer, DType, Device, Layout, NDBuffer};
 use numpy::{PyUntypedArray, PyUntypedArrayMethods};
 use pyo3::prelude::*;
 use std::ptr::NonNull;
-
-/// Where an adoptable array's elements lie: the span's first byte, its length in bytes,
-/// the element strides and the offset (in elements) of element `[0, ..., 0]` in the span.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Span {
-    /// First byte of the span.
-    pub base: usize,
-    /// Bytes from the lowest to the end of the highest addressed element.
-    pub len: usize,
-    /// Strides in elements.
-    pub strides: Vec<isize>,
-    /// Element offset of `[0, ..., 0]` from `base`.
-    pub offset: usize,
-}
-
-/// The span of an array with data pointer `data`, `shape`, byte `strides` and `item`
-/// bytes per element; `None` when it cannot be adopted by the CPU backend (empty, strides
-/// not whole elements, not on an [`ADOPT_ALIGN`] boundary, or arithmetic that does not
-/// fit).
-pub fn span(data: usize, shape: &[usize], strides: &[isize], item: usize) -> Option<Span> {
-    span_unaligned(data, shape, strides, item).filter(|s| s.base % ADOPT_ALIGN == 0)
-}
-
-/// [`span`] without the alignment rule (device memory adopted by the CUDA backend).
-pub fn span_unaligned(data: usize, shape: &[usize], strides: &[isize], item: usize) -> Option<Span> {
-    if shape.contains(&0) || shape.len() != strides.len() || item == 0 {
-        return None;
-    }
-    let item_i = i128::try_from(item).ok()?;
-    let elems = strides
-        .iter()
-        .map(|&s| (s as i128 % item_i == 0).then(|| isize::try_from(s as i128 / item_i).ok()).flatten())
-        .collect::<Option<Vec<isize>>>()?;
-    let (base, len, low) = extent(data, shape, strides, item)?;
-    let offset = usize::try_from(-low / item_i).ok()?;
-    Some(Span { base, len, strides: elems, offset })
-}
-
-/// The bytes a non-empty array's elements lie in: `(first byte, length, low)` where `low`
-/// (at most 0) is the first byte's distance from element `[0, ..., 0]`; `None` when a
-/// number does not fit or the range passes the end of the address space.
-fn extent(data: usize, shape: &[usize], strides: &[isize], item: usize) -> Option<(usize, usize, i128)> {
-    let (mut low, mut high) = (0i128, 0i128);
-    for (&n, &s) in shape.iter().zip(strides) {
-        let reach = i128::try_from(s).ok()?.checked_mul(i128::try_from(n).ok()? - 1)?;
-        if reach < 0 {
-            low = low.checked_add(reach)?;
-        } else {
-            high = high.checked_add(reach)?;
-        }
-    }
-    let start = i128::try_from(data).ok()?.checked_add(low)?;
-    let len = high.checked_sub(low)?.checked_add(i128::try_from(item).ok()?)?;
-    let (start, len) = (usize::try_from(start).ok()?, usize::try_from(len).ok()?);
-    start.checked_add(len)?;
-    Some((start, len, low))
-}
-
-/// The address of a numpy array's element `[0, ..., 0]` (numpy's `ctypes.data`, read
-/// from the array object without building a ctypes object: this runs for every quantity
-/// of every halo call).
-pub fn data_ptr(arr: &Bound<'_, PyUntypedArray>) -> usize {
-    // SAFETY: `as_array_ptr` points to the live array object `arr` holds a reference to,
-    // and `_PyArray_GET_ITEM_DATA` to its fields (as rust-numpy's own `data()` reads them);
-    // `data` is a plain pointer value numpy set at creation, read under the GIL.
-    unsafe { (*numpy::npyffi::_PyArray_GET_ITEM_DATA(arr.as_array_ptr())).data as usize }
-}
-
-/// numpy's `writeable` flag of an array, read from the array object (`arr.flags.writeable`
-/// without building a flags object).
-pub fn writeable(arr: &Bound<'_, PyUntypedArray>) -> bool {
-    // SAFETY: as in `data_ptr`: a read of the live array's `flags` field under the GIL
-    // (rust-numpy reads the same field to check writeability).
-    let flags = unsafe { (*numpy::npyffi::_PyArray_GET_ITEM_DATA(arr.as_array_ptr())).flags };
-    flags & numpy::npyffi::NPY_ARRAY_WRITEABLE != 0
-}
-
-/// The span of a numpy array, when it may be adopted (`contiguous_only`: C-contiguous
-/// arrays only).
-///
-/// # Errors
-/// Python errors reading the array's flags or data pointer.
-pub fn numpy_span(arr: &Bound<'_, PyUntypedArray>, contiguous_only: bool) -> PyResult<Option<Span>> {
-    if contiguous_only && !arr.is_c_contiguous() {
-        return Ok(None);
-    }
-    if !writeable(arr) {
-        return Ok(None);
-    }
-    let data = data_ptr(arr);
-    let item = numpy::PyArrayDescrMethods::itemsize(&arr.dtype());
-    Ok(span(data, arr.shape(), arr.strides(), item))
-}
 
 /// `arr` (of gpubuf dtype `dtype`) adopted on `device` without a copy, or `None` when
 /// `device` is not a CPU device or the array cannot be adopted (see the module docs).
@@ -151,17 +59,6 @@ pub fn adopt(
         NDBuffer::<Device, T>::from_buffer_layout(buffer, layout).map(T::wrap).map_err(crate::errors::to_py)?
     });
     Ok(Some(array))
-}
-
-/// The bytes the elements of a numpy array with data pointer `data`, `shape`, byte
-/// `strides` and `item` bytes per element lie in, as `(first byte, length)`; `None` when
-/// it has no element. Strides need not be whole elements. Numbers that do not fit (no
-/// numpy array has them) give the whole address space, so that a caller copies.
-pub fn byte_extent(data: usize, shape: &[usize], strides: &[isize], item: usize) -> Option<(usize, usize)> {
-    if shape.contains(&0) {
-        return None;
-    }
-    Some(extent(data, shape, strides, item).map_or((0, usize::MAX), |(start, len, _)| (start, len)))
 }
 
 /// Whether the elements of the numpy array `arr` share a byte with `memory`. Only CPU
@@ -209,4 +106,57 @@ pub fn aliases_other_allocation(a: &AnyArray, memory: &Memory) -> bool {
 /// The allocation an array's buffer is a range of.
 pub fn memory_of(a: &AnyArray) -> &Memory {
     dispatch!(a, nd => nd.buffer().memory())
+}
+
+/// `NDBuffer.from_numpy(array, backend, copy)` without the class: `array` (a numpy array,
+/// or anything `numpy.asarray` takes) on `device`, adopted without a copy where
+/// [`adopt`] may (never for `copy=True`), else uploaded in C order.
+///
+/// # Errors
+/// `InvalidArgumentError` for `copy=False` and an array that cannot be shared;
+/// `DTypeMismatchError` for a dtype gpubuf lacks; numpy's conversion errors; allocation
+/// and driver errors.
+pub fn from_numpy(
+    py: Python<'_>,
+    array: &Bound<'_, PyAny>,
+    device: Device,
+    copy: Option<bool>,
+) -> PyResult<AnyArray> {
+    let arr = match array.cast::<PyUntypedArray>() {
+        Ok(a) => a.clone(),
+        Err(_) => {
+            let np = py.import("numpy")?;
+            np.call_method1("asarray", (array,))?.cast_into::<PyUntypedArray>()?
+        }
+    };
+    let dtype = crate::dtype::from_numpy_dtype(&arr.dtype())?;
+    if copy != Some(true) {
+        if let Some(array) = adopt(&arr, dtype, &device, true)? {
+            return Ok(array);
+        }
+        if copy == Some(false) {
+            return Err(crate::errors::invalid(
+                "copy=False: the array cannot be shared (it must be C-contiguous, writeable, \
+                 8-byte aligned, non-empty and on the CPU backend)",
+            ));
+        }
+    }
+    with_dtype!(dtype, T => upload::<T>(&arr, device))
+}
+
+/// Uploads a numpy array of element type `T` (a copy, in C order).
+fn upload<T: Wrap>(arr: &Bound<'_, PyUntypedArray>, device: Device) -> PyResult<AnyArray> {
+    use crate::errors::IntoPy;
+    if arr.ndim() > crate::dtype::MAX_VIEW_AXES {
+        // Past rust-numpy's 32 axes: the C-order elements as one axis, reshaped here.
+        let flat = arr.call_method1("reshape", (-1,))?.cast_into::<PyUntypedArray>()?;
+        let shape = arr.shape().to_vec();
+        let nd = upload::<T>(&flat, device)?;
+        return dispatch!(nd, nd => nd.reshape(&shape).map(Wrap::wrap).py());
+    }
+    let arr = crate::dtype::viewable(arr.clone())?;
+    let typed = arr.cast::<numpy::PyArrayDyn<T>>()?;
+    let ro = numpy::PyArrayMethods::try_readonly(typed).map_err(|e| crate::errors::invalid(e.to_string()))?;
+    let view = ro.as_array();
+    arr.py().detach(move || NDBuffer::<Device, T>::from_ndarray(&device, view)).py().map(T::wrap)
 }

@@ -115,3 +115,8 @@ pub fn available_backends(py: Python<'_>) -> Vec<&'static str> {
             .collect()
     })
 }
+
+/// The device of `backend`, or a new CPU device.
+pub fn device_of(backend: Option<&PyBackend>) -> Device {
+    backend.map_or_else(Device::cpu, |b| b.device.clone())
+}

@@ -5,11 +5,13 @@
 //! GIL held. So a hook may call the bufferizer again (flush it when full, as dolphin's users
 //! do), and an exception from a hook reaches the caller with the operation complete.
 
+use crate::args::shape_arg;
+use crate::backend::device_of;
 use crate::backend::PyBackend;
 use crate::bufferizer_types::{each, AnyBufferizer, Event, Events, Op, Typed, HOOK_NAMES};
 use crate::dtype::{numpy_dtype, parse_dtype, with_dtype, Wrap};
 use crate::errors::{invalid, IntoPy};
-use crate::ndbuffer::{device_of, shape_arg, PyNDBuffer};
+use crate::ndbuffer::PyNDBuffer;
 use gpubuf::{Bufferizer, DType, Device, Error};
 use parking_lot::{Mutex, MutexGuard};
 use pyo3::prelude::*;

@@ -42,7 +42,7 @@ impl PyBufferizer {
             if kind != 1 {
                 let backend = PyBackend::new(self.device.clone());
                 let nd = crate::dlpack::from_dlpack(py, obj, Some(&backend))?;
-                return Ok(Held::Device(nd.array));
+                return Ok(Held::Device(nd));
             }
             let host = np.call_method1("from_dlpack", (obj,))?;
             return Ok(Held::Host(host.cast_into::<PyUntypedArray>()?));

@@ -14,12 +14,11 @@
 //! quantities are read). On import, a producer's `stream` is synchronised before the
 //! memory is adopted.
 
-use crate::adopt::span_unaligned;
 use crate::backend::PyBackend;
 use crate::dtype::{numpy_dtype, parse_dtype, with_dtype, AnyArray, Wrap};
 use crate::errors::{invalid, IntoPy};
 use crate::interop::byte_strides;
-use crate::ndbuffer::PyNDBuffer;
+use crate::numpy_mem::span_unaligned;
 use gpubuf::{DType, Device, Layout, NDBuffer, Order};
 use pyo3::exceptions::PyAttributeError;
 use pyo3::prelude::*;
@@ -215,7 +214,7 @@ pub fn export<'py>(py: Python<'py>, a: &AnyArray) -> PyResult<Bound<'py, PyDict>
 /// As [`parse`]; `InvalidArgumentError` for an object without the interface or a
 /// `backend` that is not CUDA; the CUDA backend's errors for memory it does not know as
 /// one allocation of its device (`DeviceMismatchError`, `InvalidArgumentError`).
-pub fn import(py: Python<'_>, obj: &Bound<'_, PyAny>, backend: Option<&PyBackend>) -> PyResult<PyNDBuffer> {
+pub fn import(py: Python<'_>, obj: &Bound<'_, PyAny>, backend: Option<&PyBackend>) -> PyResult<AnyArray> {
     let dict = obj
         .getattr("__cuda_array_interface__")
         .map_err(|_| invalid("the object has no __cuda_array_interface__"))?;
@@ -231,8 +230,9 @@ pub fn import(py: Python<'_>, obj: &Bound<'_, PyAny>, backend: Option<&PyBackend
     };
     if f.len == 0 {
         let shape = f.shape.clone();
-        let array = with_dtype!(f.dtype, T => NDBuffer::<Device, T>::empty(&device, &shape, Order::C).map(T::wrap).py()?);
-        return Ok(PyNDBuffer { array });
+        return Ok(
+            with_dtype!(f.dtype, T => NDBuffer::<Device, T>::empty(&device, &shape, Order::C).map(T::wrap).py()?),
+        );
     }
     let guard: Box<dyn std::any::Any + Send + Sync> = Box::new(obj.clone().unbind());
     let (base, len, stream) = (f.base, f.len, f.stream);
@@ -271,17 +271,16 @@ pub(crate) fn adopted_array(
     shape: Vec<usize>,
     strides: Vec<isize>,
     offset: usize,
-) -> PyResult<PyNDBuffer> {
+) -> PyResult<AnyArray> {
     let memory = std::sync::Arc::clone(buffer.memory());
     drop(buffer);
     let memory = std::sync::Arc::try_unwrap(memory)
         .map_err(|_| invalid("the adopted CUDA memory is shared (not expected)"))?;
     let buffer = gpubuf::Buffer::from_memory(device, gpubuf::device::Memory::Cuda(memory.into()));
     let layout = Layout::new(shape, strides, offset).py()?;
-    let array = with_dtype!(dtype, T => {
+    Ok(with_dtype!(dtype, T => {
         NDBuffer::<Device, T>::from_buffer_layout(buffer, layout).map(T::wrap).py()?
-    });
-    Ok(PyNDBuffer { array })
+    }))
 }
 
 /// The interface dict for the given numbers (`dtype` any numpy dtype gpubuf has), as

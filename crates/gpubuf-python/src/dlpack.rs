@@ -17,23 +17,15 @@ use crate::backend::PyBackend;
 use crate::dtype::AnyArray;
 use crate::errors::invalid;
 use crate::interop::host_address;
-use crate::ndbuffer::PyNDBuffer;
 use gpubuf::DType;
 use pyo3::exceptions::PyBufferError;
 use pyo3::prelude::*;
-use std::ffi::{c_void, CStr};
+use std::ffi::c_void;
 
-pub use crate::dlpack_tensor::{read_tensor, DLManagedTensor, Tensor};
+pub use crate::dlpack_tensor::{
+    read_tensor, ConsumerStream, DLManagedTensor, Tensor, DL_CPU, DL_CUDA, NAME, USED,
+};
 use crate::dlpack_tensor::{DLDataType, DLDevice, DLTensor};
-
-/// `kDLCPU`.
-pub const DL_CPU: i32 = 1;
-/// `kDLCUDA`.
-pub const DL_CUDA: i32 = 2;
-/// The name of an unconsumed capsule.
-pub const NAME: &CStr = c"dltensor";
-/// The name a consumer gives the capsule it took.
-pub const USED: &CStr = c"used_dltensor";
 
 /// What one exported tensor owns; `managed` first, so a pointer to it is one to the holder.
 #[repr(C)]
@@ -150,16 +142,6 @@ pub fn capsule<'py>(
     Ok(unsafe { Bound::from_owned_ptr(py, capsule) })
 }
 
-/// What the consumer's `stream` argument asks of the producer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ConsumerStream {
-    /// No synchronisation (`stream=-1` on CUDA; `None` for host memory).
-    NoSync,
-    /// Order the array's pending work before the work on this `CUstream` handle (1: the
-    /// legacy default stream, 2: the per-thread default stream, above: a stream pointer).
-    Cuda(u64),
-}
-
 /// The meaning of `__dlpack__`'s `stream` for an array on `device_type`, after the array
 /// API's rules: on the CPU only None; on CUDA None is the legacy default stream (1), 1 and
 /// 2 the legacy and per-thread default streams, -1 no synchronisation, a larger int a
@@ -273,7 +255,7 @@ pub fn from_dlpack(
     py: Python<'_>,
     obj: &Bound<'_, PyAny>,
     backend: Option<&PyBackend>,
-) -> PyResult<PyNDBuffer> {
+) -> PyResult<AnyArray> {
     let to_cuda = backend.is_none_or(|b| b.device.as_cuda().is_some());
     if obj.hasattr("__dlpack__")? && obj.hasattr("__dlpack_device__")? {
         let (kind, _): (i32, i32) = obj
@@ -293,7 +275,7 @@ pub fn from_dlpack(
     }
     let np = py.import("numpy")?;
     let host = np.call_method1("from_dlpack", (obj,))?;
-    PyNDBuffer::from_numpy(py, &host, backend, None)
+    crate::adopt::from_numpy(py, &host, crate::backend::device_of(backend), None)
 }
 
 /// What a consumer reads from an unconsumed ``"dltensor"`` capsule (which stays

@@ -9,12 +9,11 @@
 //! producer object is kept alive until then (both are leaked when that happens while the
 //! interpreter finalizes, at exit).
 
-use crate::adopt::span_unaligned;
 use crate::backend::PyBackend;
-use crate::dlpack::{read_tensor, ConsumerStream, DLManagedTensor, DL_CUDA, USED};
+use crate::dlpack_tensor::{read_tensor, ConsumerStream, DLManagedTensor, DL_CUDA, USED};
 use crate::dtype::{dispatch, with_dtype, AnyArray, Wrap};
 use crate::errors::{invalid, IntoPy};
-use crate::ndbuffer::PyNDBuffer;
+use crate::numpy_mem::span_unaligned;
 use gpubuf::cuda::cudarc::driver::sys::{cuStreamWaitEvent, CUresult};
 use gpubuf::{Backend, BackendKind, Device, NDBuffer, Order};
 use pyo3::prelude::*;
@@ -101,7 +100,7 @@ impl Drop for Taken {
 /// kDLCUDA `"dltensor"`, or strides that leave the address space; `DeviceMismatchError`
 /// for another device than the backend's; as [`read_tensor`]; the CUDA backend's errors
 /// adopting the range; what the producer's `__dlpack__` raises.
-pub fn import(py: Python<'_>, obj: &Bound<'_, PyAny>, backend: Option<&PyBackend>) -> PyResult<PyNDBuffer> {
+pub fn import(py: Python<'_>, obj: &Bound<'_, PyAny>, backend: Option<&PyBackend>) -> PyResult<AnyArray> {
     let device = match backend {
         Some(b) => b.device.clone(),
         None => py.detach(Device::cuda).py()?,
@@ -128,8 +127,9 @@ pub fn import(py: Python<'_>, obj: &Bound<'_, PyAny>, backend: Option<&PyBackend
     }
     if t.shape.contains(&0) {
         // Nothing to share; the capsule stays unconsumed and its destructor deletes it.
-        let array = with_dtype!(t.dtype, T => NDBuffer::<Device, T>::empty(&device, &t.shape, Order::C).map(T::wrap).py()?);
-        return Ok(PyNDBuffer { array });
+        return Ok(
+            with_dtype!(t.dtype, T => NDBuffer::<Device, T>::empty(&device, &t.shape, Order::C).map(T::wrap).py()?),
+        );
     }
     let item = t.dtype.size();
     let bytes: Vec<isize> = t

@@ -4,7 +4,26 @@
 use crate::errors::invalid;
 use gpubuf::{DType, Layout, Order};
 use pyo3::prelude::*;
-use std::ffi::c_void;
+use std::ffi::{c_void, CStr};
+
+/// `kDLCPU`.
+pub const DL_CPU: i32 = 1;
+/// `kDLCUDA`.
+pub const DL_CUDA: i32 = 2;
+/// The name of an unconsumed capsule.
+pub const NAME: &CStr = c"dltensor";
+/// The name a consumer gives the capsule it took.
+pub const USED: &CStr = c"used_dltensor";
+
+/// What the consumer's `stream` argument asks of the producer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConsumerStream {
+    /// No synchronisation (`stream=-1` on CUDA; `None` for host memory).
+    NoSync,
+    /// Order the array's pending work before the work on this `CUstream` handle (1: the
+    /// legacy default stream, 2: the per-thread default stream, above: a stream pointer).
+    Cuda(u64),
+}
 
 /// `DLDevice`.
 #[repr(C)]
@@ -130,7 +149,7 @@ pub unsafe fn read_tensor(m: *const DLManagedTensor) -> PyResult<Tensor> {
 /// # Errors
 /// `InvalidArgumentError` for anything else (a used capsule, another object).
 pub fn capsule_tensor(capsule: &Bound<'_, PyAny>) -> PyResult<*mut DLManagedTensor> {
-    let name = crate::dlpack::NAME;
+    let name = NAME;
     // SAFETY: `capsule` is a live object (held by the Bound, GIL held); IsValid accepts any
     // object and only reads it.
     if unsafe { pyo3::ffi::PyCapsule_IsValid(capsule.as_ptr(), name.as_ptr()) } != 1 {

@@ -179,7 +179,7 @@ pub fn viewable<'py>(arr: Bound<'py, numpy::PyUntypedArray>) -> PyResult<Bound<'
     }
     let item = arr.dtype().itemsize().max(1);
     let strided = arr.strides().iter().any(|&s| s.unsigned_abs() % item != 0);
-    if !strided && crate::adopt::data_ptr(&arr) % item == 0 {
+    if !strided && crate::numpy_mem::data_ptr(&arr) % item == 0 {
         return Ok(arr);
     }
     let np = arr.py().import("numpy")?;

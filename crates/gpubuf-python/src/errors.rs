@@ -5,7 +5,7 @@
 //! The classes are made at module import (`type(name, bases, namespace)`, since one class
 //! with two bases is beyond `create_exception!`) and kept for the life of the process.
 
-use gpubuf::Error;
+use gpubuf::{Error, PoolStats};
 use pyo3::exceptions::{PyException, PyIndexError, PyMemoryError, PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
@@ -98,7 +98,7 @@ fn describe(py: Python<'_>, e: &Error) -> PyResult<(&'static str, Attrs)> {
     Ok(match e {
         Error::OutOfMemory { requested, available, pool } => {
             let stats = match pool {
-                Some(p) => Some(crate::pool::stats_dict(py, p)?.into_any().unbind()),
+                Some(p) => Some(stats_dict(py, p)?.into_any().unbind()),
                 None => None,
             };
             (
@@ -200,4 +200,23 @@ pub fn unsupported_dtype(got: &str) -> PyErr {
 /// An [`Error::InvalidArgument`] raised as `InvalidArgumentError`.
 pub fn invalid(msg: impl Into<String>) -> PyErr {
     to_py(Error::invalid(msg))
+}
+
+/// The pool's counters as a dict (also ``OutOfMemoryError.pool``).
+///
+/// # Errors
+/// Python errors from building the dict.
+pub fn stats_dict<'py>(py: Python<'py>, s: &PoolStats) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("active_blocks", s.active_blocks)?;
+    d.set_item("active_bytes", s.active_bytes)?;
+    d.set_item("held_blocks", s.held_blocks)?;
+    d.set_item("held_bytes", s.held_bytes)?;
+    d.set_item("managed_bytes", s.managed_bytes)?;
+    d.set_item("peak_managed_bytes", s.peak_managed_bytes)?;
+    d.set_item("peak_active_bytes", s.peak_active_bytes)?;
+    d.set_item("hits", s.hits)?;
+    d.set_item("misses", s.misses)?;
+    d.set_item("limit", s.limit)?;
+    Ok(d)
 }

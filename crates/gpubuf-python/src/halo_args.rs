@@ -11,48 +11,51 @@
 //! otherwise. The cache holds a reference to each array (so an object's address cannot be
 //! taken by another object meanwhile) until a call without it, or `finalize()`.
 
-use crate::adopt::{data_ptr, writeable};
 use crate::dtype::AnyArray;
 use crate::errors::invalid;
 use crate::halo::{check_disjoint, numpy_quantity, source, Source};
+use crate::numpy_mem::{data_ptr, writeable};
+use gpubuf::halo::AdoptionCache;
 use gpubuf::{DType, Device};
 use numpy::{PyUntypedArray, PyUntypedArrayMethods};
 use pyo3::prelude::*;
 
-/// A numpy array adopted by an earlier call, and what the adoption was checked against.
-pub(crate) struct Adopted {
-    obj: Py<PyUntypedArray>,
-    descr: Py<PyAny>,
+/// What an adoption was checked against: the array object, its data pointer, dtype
+/// object, shape, byte strides and `writeable` flag.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Fingerprint {
+    obj: usize,
     data: usize,
+    descr: usize,
     shape: Vec<usize>,
     strides: Vec<isize>,
+    writeable: bool,
+}
+
+impl Fingerprint {
+    fn of(arr: &Bound<'_, PyUntypedArray>) -> Self {
+        Fingerprint {
+            obj: arr.as_ptr() as usize,
+            data: data_ptr(arr),
+            descr: arr.dtype().as_ptr() as usize,
+            shape: arr.shape().to_vec(),
+            strides: arr.strides().to_vec(),
+            writeable: writeable(arr),
+        }
+    }
+}
+
+/// An adopted array, with references to the numpy array and dtype objects its
+/// [`Fingerprint`] names (so that no other object takes their addresses meanwhile).
+pub(crate) struct Adopted {
+    _obj: Py<PyUntypedArray>,
+    _descr: Py<PyAny>,
     array: AnyArray,
 }
 
-impl Adopted {
-    /// Whether `arr` is this entry's array object, unchanged since its adoption.
-    fn matches(&self, arr: &Bound<'_, PyUntypedArray>) -> bool {
-        self.obj.as_ptr() == arr.as_ptr()
-            && data_ptr(arr) == self.data
-            && writeable(arr)
-            && arr.dtype().as_ptr() == self.descr.as_ptr()
-            && arr.shape() == self.shape.as_slice()
-            && arr.strides() == self.strides.as_slice()
-    }
-}
-
-/// The adopted numpy arrays of the last call (see the module docs).
-#[derive(Default)]
-pub(crate) struct AdoptCache {
-    entries: Vec<Adopted>,
-}
-
-impl AdoptCache {
-    /// Forgets every array.
-    pub(crate) fn clear(&mut self) {
-        self.entries.clear();
-    }
-}
+/// The adopted numpy arrays of the last call (see the module docs): gpubuf-halo's
+/// [`AdoptionCache`], keyed by [`Fingerprint`].
+pub(crate) type AdoptCache = AdoptionCache<Fingerprint, Adopted>;
 
 /// The quantities of one call: each distinct array once, the specs' arrays as indices
 /// into them, and the numpy arrays that were uploaded (to write an unpack back into).
@@ -88,7 +91,9 @@ pub(crate) fn quantities<'py>(
     // for the whole call, so that no address is reused by another object meanwhile.
     let mut objects: Vec<(Bound<'py, PyAny>, usize)> = Vec::new();
     let mut uploaded = Vec::new();
-    let mut kept: Vec<Adopted> = Vec::new();
+    // What this call adopts or reuses replaces the cache when `call` drops, also when the
+    // call fails.
+    let mut call = cache.call();
     let mut list = |l: &Bound<'py, PyAny>| -> PyResult<Vec<usize>> {
         let items: Vec<Bound<'py, PyAny>> =
             l.extract().map_err(|_| invalid("quantities are a sequence of arrays, one per spec"))?;
@@ -117,25 +122,21 @@ pub(crate) fn quantities<'py>(
                     let i = match seen.iter().find(|(k, _)| *k == key) {
                         Some(&(_, i)) => i,
                         None => {
-                            let array = match cache.entries.iter().position(|e| e.matches(&arr)) {
-                                Some(pos) => {
-                                    let e = cache.entries.swap_remove(pos);
-                                    let a = e.array.clone();
-                                    kept.push(e);
-                                    a
-                                }
+                            let fingerprint = Fingerprint::of(&arr);
+                            let array = match call.reuse(&fingerprint) {
+                                Some(adopted) => adopted.array.clone(),
                                 None => {
                                     let (array, back) = numpy_quantity(&arr, device, dtype)?;
                                     match back {
                                         Some(b) => uploaded.push((b, array.clone())),
-                                        None => kept.push(Adopted {
-                                            obj: arr.clone().unbind(),
-                                            descr: arr.dtype().into_any().unbind(),
-                                            data: key.0,
-                                            shape: key.1.clone(),
-                                            strides: key.2.clone(),
-                                            array: array.clone(),
-                                        }),
+                                        None => {
+                                            let adopted = Adopted {
+                                                _obj: arr.clone().unbind(),
+                                                _descr: arr.dtype().into_any().unbind(),
+                                                array: array.clone(),
+                                            };
+                                            call.keep(fingerprint, adopted);
+                                        }
                                     }
                                     array
                                 }
@@ -159,8 +160,7 @@ pub(crate) fn quantities<'py>(
         (Ok(_), Some(ys)) => Some(list(ys)).transpose(),
         _ => Ok(None),
     };
-    // What this call adopted replaces the cache, also when the call fails below.
-    cache.entries = kept;
+    drop(call);
     let (x, y) = (x?, y?);
     let all: Vec<&AnyArray> = arrays.iter().collect();
     check_disjoint(&all)?;

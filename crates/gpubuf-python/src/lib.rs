@@ -26,6 +26,8 @@
 //! `python/gpubuf/_gpubuf.pyi`.
 
 pub mod adopt;
+pub mod allocators;
+pub mod args;
 pub mod backend;
 pub mod bench;
 pub mod bufferizer;
@@ -46,9 +48,10 @@ pub mod halo_run;
 pub mod interop;
 pub mod mirror;
 pub mod ndbuffer;
+pub mod numpy_mem;
 pub mod pool;
+pub mod pooled_buffer;
 pub mod region;
-pub mod region_plan;
 pub mod reshape;
 
 use pyo3::prelude::*;
@@ -69,10 +72,10 @@ fn gpubuf_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(dlpack::_read_dlpack_capsule, m)?)?;
     m.add_function(wrap_pyfunction!(dlpack::_dlpack_consumer_stream, m)?)?;
     m.add_class::<pool::PyMemoryPool>()?;
-    m.add_class::<pool::PyPooledBuffer>()?;
+    m.add_class::<pooled_buffer::PyPooledBuffer>()?;
     m.add_function(wrap_pyfunction!(pool::_pool_gil_releases, m)?)?;
-    m.add_class::<pool::PyImmediateAllocator>()?;
-    m.add_class::<pool::PyDeferredAllocator>()?;
+    m.add_class::<allocators::PyImmediateAllocator>()?;
+    m.add_class::<allocators::PyDeferredAllocator>()?;
     m.add_class::<halo::PyQuantityHaloSpec>()?;
     m.add_class::<halo::PyHaloExchangeSpec>()?;
     m.add_class::<halo_run::PyHaloDataTransformer>()?;

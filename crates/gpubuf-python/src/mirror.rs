@@ -9,10 +9,11 @@
 //! uploads exactly them; the device array is the mirror's device buffer with the array's
 //! shape and dtype.
 
+use crate::backend::device_of;
 use crate::backend::PyBackend;
 use crate::dtype::{from_numpy_dtype, with_dtype, AnyArray, Wrap};
 use crate::errors::{invalid, to_py, IntoPy};
-use crate::ndbuffer::{device_of, PyNDBuffer};
+use crate::ndbuffer::PyNDBuffer;
 use gpubuf::mirror::RangeSet;
 use gpubuf::{DType, Device, DirtyPolicy, Error, Mirror, NDBuffer, Order};
 use numpy::{PyArray1, PyArrayMethods, PyUntypedArray, PyUntypedArrayMethods};

@@ -1,11 +1,14 @@
 //! `gpubuf.NDBuffer`: an n-d array on any backend, with numpy in and out.
 
+pub use crate::args::shape_arg;
+pub use crate::backend::device_of;
 use crate::backend::PyBackend;
 use crate::dtype::{dispatch, numpy_dtype, parse_dtype, with_dtype, AnyArray, Wrap};
 use crate::errors::{invalid, IntoPy};
 use crate::interop;
+use crate::region::Value;
 use gpubuf::{DType, Device, NDBuffer, Order};
-use numpy::{PyArrayDyn, PyArrayMethods, PyUntypedArray, PyUntypedArrayMethods};
+
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 
@@ -22,32 +25,33 @@ pub struct PyNDBuffer {
     pub array: AnyArray,
 }
 
-/// A shape from an int or a sequence of ints.
-///
-/// # Errors
-/// `InvalidArgumentError` for a negative or non-integer extent.
-pub fn shape_arg(obj: &Bound<'_, PyAny>) -> PyResult<Vec<usize>> {
-    if let Ok(n) = obj.extract::<i128>() {
-        return Ok(vec![extent(n)?]);
+/// An array handed to Python is a `gpubuf.NDBuffer`: functions and other classes return
+/// [`AnyArray`] and need not name this class.
+impl<'py> IntoPyObject<'py> for AnyArray {
+    type Target = PyNDBuffer;
+    type Output = Bound<'py, PyNDBuffer>;
+    type Error = PyErr;
+
+    fn into_pyobject(self, py: Python<'py>) -> PyResult<Bound<'py, PyNDBuffer>> {
+        Bound::new(py, PyNDBuffer { array: self })
     }
-    let items: Vec<Bound<'_, PyAny>> =
-        obj.extract().map_err(|_| invalid("a shape is an int or a sequence of ints"))?;
-    items
-        .iter()
-        .map(|i| extent(i.extract::<i128>().map_err(|_| invalid("a shape is an int or a sequence of ints"))?))
-        .collect()
-}
-
-fn extent(n: i128) -> PyResult<usize> {
-    usize::try_from(n).map_err(|_| invalid(format!("extent {n} is negative or does not fit in memory")))
-}
-
-/// The device of `backend`, or a new CPU device.
-pub fn device_of(backend: Option<&PyBackend>) -> Device {
-    backend.map_or_else(Device::cpu, |b| b.device.clone())
 }
 
 impl PyNDBuffer {
+    /// `self[key] = value`, staging from `pool` when given.
+    fn assign(
+        &self,
+        key: &Bound<'_, PyAny>,
+        value: &Bound<'_, PyAny>,
+        pool: Option<&gpubuf::MemoryPool<crate::gil::GilAllocator>>,
+    ) -> PyResult<()> {
+        let value = match value.cast::<PyNDBuffer>() {
+            Ok(v) => Value::Array(v.get().array.clone()),
+            Err(_) => Value::Object(value),
+        };
+        crate::region::set(&self.array, key, value, pool)
+    }
+
     /// An empty array of `dtype`, zero-filled when `zero`.
     fn create(py: Python<'_>, shape: Vec<usize>, dtype: DType, device: Device, zero: bool) -> PyResult<Self> {
         let array = py
@@ -63,23 +67,6 @@ impl PyNDBuffer {
             })
             .py()?;
         Ok(PyNDBuffer { array })
-    }
-
-    /// Uploads a numpy array of element type `T`.
-    fn upload<T: Wrap>(arr: &Bound<'_, PyUntypedArray>, device: Device) -> PyResult<AnyArray> {
-        if arr.ndim() > crate::dtype::MAX_VIEW_AXES {
-            // Past rust-numpy's 32 axes: the C-order elements as one axis, reshaped here.
-            let flat = arr.call_method1("reshape", (-1,))?.cast_into::<PyUntypedArray>()?;
-            let shape = arr.shape().to_vec();
-            let nd = Self::upload::<T>(&flat, device)?;
-            return dispatch!(nd, nd => nd.reshape(&shape).map(Wrap::wrap).py());
-        }
-        let arr = crate::dtype::viewable(arr.clone())?;
-        let typed = arr.cast::<PyArrayDyn<T>>()?;
-        let ro = typed.try_readonly().map_err(|e| invalid(e.to_string()))?;
-        let view = ro.as_array();
-        let nd = arr.py().detach(move || NDBuffer::<Device, T>::from_ndarray(&device, view)).py()?;
-        Ok(T::wrap(nd))
     }
 }
 
@@ -104,28 +91,7 @@ impl PyNDBuffer {
         backend: Option<&PyBackend>,
         copy: Option<bool>,
     ) -> PyResult<Self> {
-        let arr = match array.cast::<PyUntypedArray>() {
-            Ok(a) => a.clone(),
-            Err(_) => {
-                let np = py.import("numpy")?;
-                np.call_method1("asarray", (array,))?.cast_into::<PyUntypedArray>()?
-            }
-        };
-        let dtype = crate::dtype::from_numpy_dtype(&arr.dtype())?;
-        let device = device_of(backend);
-        if copy != Some(true) {
-            if let Some(array) = crate::adopt::adopt(&arr, dtype, &device, true)? {
-                return Ok(PyNDBuffer { array });
-            }
-            if copy == Some(false) {
-                return Err(invalid(
-                    "copy=False: the array cannot be shared (it must be C-contiguous, writeable, \
-                     8-byte aligned, non-empty and on the CPU backend)",
-                ));
-            }
-        }
-        let array = with_dtype!(dtype, T => Self::upload::<T>(&arr, device)?);
-        Ok(PyNDBuffer { array })
+        Ok(PyNDBuffer { array: crate::adopt::from_numpy(py, array, device_of(backend), copy)? })
     }
 
     /// An uninitialised array (zeros on the CPU) of ``shape`` and ``dtype`` on ``backend``.
@@ -199,7 +165,7 @@ impl PyNDBuffer {
 
     /// ``a[key] = value``: ``set_region(key, value)`` with a fresh staging array.
     fn __setitem__(&self, key: &Bound<'_, PyAny>, value: &Bound<'_, PyAny>) -> PyResult<()> {
-        crate::region::set(&self.array, key, value, None)
+        self.assign(key, value, None)
     }
 
     /// Writes ``value`` into the region ``key`` selects (as ``__getitem__``): an
@@ -224,13 +190,13 @@ impl PyNDBuffer {
         value: &Bound<'_, PyAny>,
         pool: Option<&crate::pool::PyMemoryPool>,
     ) -> PyResult<()> {
-        crate::region::set(&self.array, key, value, pool.map(|p| &p.pool))
+        self.assign(key, value, pool.map(|p| &p.pool))
     }
 
     /// Sets every element to ``value`` (on the device).
     fn fill(&self, value: &Bound<'_, PyAny>) -> PyResult<()> {
         let all = pyo3::types::PyEllipsis::get(value.py());
-        crate::region::set(&self.array, all.as_any(), value, None)
+        self.assign(all.as_any(), value, None)
     }
 
     /// The same elements with another ``shape`` (ints or one sequence; one extent may be
@@ -250,7 +216,7 @@ impl PyNDBuffer {
             }
             _ => shape.extract().map_err(|_| ints())?,
         };
-        let new = crate::reshape::resolve_shape(&dims, self.size(), self.array.shape())?;
+        let new = crate::reshape::resolve_shape(&self.array, &dims)?;
         let array = self.array.clone();
         let array = py.detach(move || dispatch!(array, nd => nd.reshape(&new).map(Wrap::wrap))).py()?;
         Ok(PyNDBuffer { array })
@@ -271,7 +237,7 @@ impl PyNDBuffer {
     fn transpose(&self, axes: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
         let axes = axes
             .filter(|a| !a.is_none())
-            .map(|a| crate::reshape::axes_arg(a, self.array.shape().len()))
+            .map(|a| crate::args::axes_arg(a, self.array.shape().len()))
             .transpose()?;
         let array = dispatch!(&self.array, nd => nd.transpose(axes.as_deref()).map(Wrap::wrap)).py()?;
         Ok(PyNDBuffer { array })
@@ -368,7 +334,7 @@ impl PyNDBuffer {
         obj: &Bound<'_, PyAny>,
         backend: Option<&PyBackend>,
     ) -> PyResult<Self> {
-        crate::cuda::import(py, obj, backend)
+        Ok(PyNDBuffer { array: crate::cuda::import(py, obj, backend)? })
     }
 
     /// DLPack export (CPU and CUDA backends): a capsule that shares this array's memory.

@@ -1,64 +1,19 @@
-//! `gpubuf.MemoryPool` and `gpubuf.PooledBuffer`: pyopencl's `MemoryPool` surface over
-//! gpubuf's pool, plus its limit and its out-of-memory behaviour.
+//! `gpubuf.MemoryPool`: pyopencl's `MemoryPool` surface over gpubuf's pool, plus its
+//! limit and its out-of-memory behaviour. Its blocks are `PooledBuffer`s
+//! ([`crate::pooled_buffer`]), its allocators [`crate::allocators`]'s classes.
 
+use crate::allocators::{PyDeferredAllocator, PyImmediateAllocator};
+use crate::args::shape_arg;
 use crate::backend::PyBackend;
-use crate::dtype::{parse_dtype, with_dtype, Wrap};
-use crate::errors::{invalid, IntoPy};
+use crate::dtype::{parse_dtype, with_dtype, AnyArray, Wrap};
+use crate::errors::{invalid, stats_dict, IntoPy};
 use crate::gil::{holding_gil, GilAllocator};
-use crate::ndbuffer::{shape_arg, PyNDBuffer};
+use crate::pooled_buffer::PyPooledBuffer;
 use gpubuf::pool::{alloc_size, bin_number, Limit, PoolConfig};
-use gpubuf::{DType, Device, MemoryPool, Order, PoolStats, PooledBuffer};
+use gpubuf::{DType, Device, MemoryPool, Order};
 use parking_lot::Mutex;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
-
-/// pyopencl's ``ImmediateAllocator``: the pool's memory exists when ``allocate`` returns
-/// (the default of a pool given a ``Backend``).
-#[pyclass(name = "ImmediateAllocator", module = "gpubuf", frozen)]
-pub struct PyImmediateAllocator {
-    device: Device,
-}
-
-#[pymethods]
-impl PyImmediateAllocator {
-    #[new]
-    fn new(backend: &PyBackend) -> Self {
-        PyImmediateAllocator { device: backend.device.clone() }
-    }
-}
-
-/// pyopencl's ``DeferredAllocator``: the backend may back the memory on first use.
-#[pyclass(name = "DeferredAllocator", module = "gpubuf", frozen)]
-pub struct PyDeferredAllocator {
-    device: Device,
-}
-
-#[pymethods]
-impl PyDeferredAllocator {
-    #[new]
-    fn new(backend: &PyBackend) -> Self {
-        PyDeferredAllocator { device: backend.device.clone() }
-    }
-}
-
-/// The pool's counters as a dict (also ``OutOfMemoryError.pool``).
-///
-/// # Errors
-/// Python errors from building the dict.
-pub fn stats_dict<'py>(py: Python<'py>, s: &PoolStats) -> PyResult<Bound<'py, PyDict>> {
-    let d = PyDict::new(py);
-    d.set_item("active_blocks", s.active_blocks)?;
-    d.set_item("active_bytes", s.active_bytes)?;
-    d.set_item("held_blocks", s.held_blocks)?;
-    d.set_item("held_bytes", s.held_bytes)?;
-    d.set_item("managed_bytes", s.managed_bytes)?;
-    d.set_item("peak_managed_bytes", s.peak_managed_bytes)?;
-    d.set_item("peak_active_bytes", s.peak_active_bytes)?;
-    d.set_item("hits", s.hits)?;
-    d.set_item("misses", s.misses)?;
-    d.set_item("limit", s.limit)?;
-    Ok(d)
-}
 
 /// A byte count from Python: an int in ``0..2**64`` that fits this machine.
 fn bytes_arg(obj: &Bound<'_, PyAny>) -> PyResult<usize> {
@@ -159,7 +114,7 @@ impl PyMemoryPool {
         py: Python<'_>,
         shape: &Bound<'_, PyAny>,
         dtype: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<PyNDBuffer> {
+    ) -> PyResult<AnyArray> {
         self.array(py, shape, dtype, false)
     }
 
@@ -170,7 +125,7 @@ impl PyMemoryPool {
         py: Python<'_>,
         shape: &Bound<'_, PyAny>,
         dtype: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<PyNDBuffer> {
+    ) -> PyResult<AnyArray> {
         self.array(py, shape, dtype, true)
     }
 
@@ -272,7 +227,7 @@ impl PyMemoryPool {
         shape: &Bound<'_, PyAny>,
         dtype: Option<&Bound<'_, PyAny>>,
         zero: bool,
-    ) -> PyResult<PyNDBuffer> {
+    ) -> PyResult<AnyArray> {
         let d = dtype.map_or(Ok(DType::F64), parse_dtype)?;
         let shape = shape_arg(shape)?;
         let pool = self.pool.clone();
@@ -289,110 +244,7 @@ impl PyMemoryPool {
                 })
             })
             .py()?;
-        Ok(PyNDBuffer { array })
-    }
-}
-
-/// A block on loan from a ``MemoryPool``: ``size`` bytes (pyopencl's ``PooledBuffer``).
-/// ``release()`` returns it (a second ``release()`` raises ``InvalidArgumentError``); so
-/// does leaving a ``with`` block or dropping the last reference.
-#[pyclass(name = "PooledBuffer", module = "gpubuf", frozen)]
-pub struct PyPooledBuffer {
-    block: Mutex<Option<PooledBuffer<GilAllocator>>>,
-    size: usize,
-    device: Device,
-}
-
-#[pymethods]
-impl PyPooledBuffer {
-    /// The bytes asked for.
-    #[getter]
-    fn size(&self) -> usize {
-        self.size
-    }
-
-    /// The block's real size (the request rounded up to its size class), or None once
-    /// released.
-    #[getter]
-    fn block_size(&self) -> Option<usize> {
-        self.block.lock().as_ref().map(|b| b.block_size())
-    }
-
-    /// Whether the block went back to the pool.
-    #[getter]
-    fn released(&self) -> bool {
-        self.block.lock().is_none()
-    }
-
-    /// The backend of the pool the block came from.
-    #[getter]
-    fn backend(&self) -> PyBackend {
-        PyBackend::new(self.device.clone())
-    }
-
-    /// Returns the block to the pool now.
-    ///
-    /// Raises ``InvalidArgumentError`` when it was already released.
-    fn release(&self) -> PyResult<()> {
-        let block = self.block.lock().take();
-        match block {
-            Some(b) => {
-                b.release();
-                Ok(())
-            }
-            None => Err(invalid("the pooled buffer was already released")),
-        }
-    }
-
-    /// The block as an array of ``shape`` and ``dtype`` (default uint8) over its first bytes;
-    /// the block then belongs to the array (this object counts as released) and returns to
-    /// the pool when the array and its views are gone.
-    ///
-    /// Raises ``LengthMismatchError`` when the array needs more bytes than were asked for,
-    /// ``InvalidArgumentError`` when the block was released; the block is unchanged then.
-    #[pyo3(signature = (shape, dtype = None))]
-    fn as_ndbuffer(
-        &self,
-        shape: &Bound<'_, PyAny>,
-        dtype: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<PyNDBuffer> {
-        let d = dtype.map_or(Ok(DType::U8), parse_dtype)?;
-        let shape = shape_arg(shape)?;
-        let need = gpubuf::checked_size(&shape).py()?.checked_mul(d.size());
-        if need.is_none_or(|n| n > self.size) {
-            return Err(crate::errors::to_py(gpubuf::Error::byte_length(
-                "pooled buffer",
-                need.unwrap_or(usize::MAX),
-                self.size,
-                Some(d),
-            )));
-        }
-        let mut guard = self.block.lock();
-        let block = guard.take().ok_or_else(|| invalid("the pooled buffer was already released"))?;
-        let buffer = block.into_buffer(&self.device).py()?;
-        let array = with_dtype!(d, T => {
-            gpubuf::NDBuffer::<Device, T>::from_buffer(buffer, &shape, Order::C).map(T::wrap)
-        })
-        .py()?;
-        Ok(PyNDBuffer { array })
-    }
-
-    fn __enter__(slf: Bound<'_, Self>) -> Bound<'_, Self> {
-        slf
-    }
-
-    /// Releases the block (if still held) at the end of a ``with`` block.
-    #[pyo3(signature = (*_args))]
-    fn __exit__(&self, _args: &Bound<'_, pyo3::types::PyTuple>) -> bool {
-        drop(self.block.lock().take());
-        false
-    }
-
-    fn __repr__(&self) -> String {
-        match self.block_size() {
-            Some(b) => format!("gpubuf.PooledBuffer(size={}, block_size={b})", self.size),
-            None => format!("gpubuf.PooledBuffer(size={}, released)", self.size),
-        }
+        Ok(array)
     }
 }
 

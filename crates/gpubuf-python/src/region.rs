@@ -3,21 +3,17 @@
 //!
 //! A view is a new [`Layout`] over the same buffer, checked by `Layout::new` and
 //! `NDBuffer::from_buffer_layout`, so no user number wraps on its way to a kernel. A
-//! numpy value is uploaded once: straight into the region when the region is contiguous,
-//! else into a staging array (from a pool when one is given) that one plan moves into the
-//! region: a gather of its rows ([`crate::region_plan`]) when they are contiguous, else a
-//! scatter. A strided numpy value is gathered into C order on the host
-//! first; a scalar fills the region on the device. A value that shares memory with the
-//! array written is copied first, as numpy does ([`crate::adopt::unaliased`]).
+//! numpy value is written by `NDBuffer::write_region_with` (gpubuf-buffer): straight into
+//! a contiguous region, else through a staging array (from a pool when one is given) and
+//! one cached plan. A scalar fills the region on the device. A value that shares memory
+//! with the array written is copied first, as numpy does ([`crate::adopt::unaliased`]).
 
 use crate::dtype::{dispatch, numpy_dtype, AnyArray, Wrap};
 use crate::errors::{invalid, unsupported_dtype, IntoPy};
 use crate::gil::GilAllocator;
-use crate::ndbuffer::PyNDBuffer;
-use gpubuf::ndarray::{ArrayView, ArrayViewD, IxDyn};
-use gpubuf::{
-    Backend as _, CopyPlan, Device, Error, Kernels as _, Layout, MemoryPool, NDBuffer, Order, Segment,
-};
+use gpubuf::buffer::RegionPlans;
+use gpubuf::ndarray::ArrayViewD;
+use gpubuf::{Backend as _, Device, Error, Layout, MemoryPool, NDBuffer, Order};
 use numpy::{PyArrayDyn, PyArrayMethods, PyUntypedArray, PyUntypedArrayMethods};
 use pyo3::prelude::*;
 use pyo3::types::{IntoPyDict, PyEllipsis, PySlice, PySliceMethods, PyTuple};
@@ -193,6 +189,14 @@ pub fn get(array: &AnyArray, key: &Bound<'_, PyAny>) -> PyResult<AnyArray> {
     dispatch!(array, nd => view_of(nd, &items).map(Wrap::wrap).py())
 }
 
+/// What `a[key] = value` writes: a `gpubuf.NDBuffer`'s array, or any other Python object.
+pub enum Value<'a, 'py> {
+    /// The array of a `gpubuf.NDBuffer`.
+    Array(AnyArray),
+    /// A scalar, a numpy array, or anything `numpy.asarray` takes.
+    Object(&'a Bound<'py, PyAny>),
+}
+
 /// `a[key] = value` (with `pool` for staging): a `gpubuf.NDBuffer` of the same dtype and
 /// shape is copied on the device; a scalar is converted by numpy's own assignment (its
 /// `OverflowError` for an int past the dtype) and fills the region; anything else goes
@@ -206,7 +210,7 @@ pub fn get(array: &AnyArray, key: &Bound<'_, PyAny>) -> PyResult<AnyArray> {
 pub fn set(
     array: &AnyArray,
     key: &Bound<'_, PyAny>,
-    value: &Bound<'_, PyAny>,
+    value: Value<'_, '_>,
     pool: Option<&MemoryPool<GilAllocator>>,
 ) -> PyResult<()> {
     let py = key.py();
@@ -218,23 +222,25 @@ pub fn set(
             );
         }
     }
-    if let Ok(src) = value.cast::<PyNDBuffer>() {
-        let src = src.get().array.clone();
-        if src.dtype() != region.dtype() {
-            return Err(Error::DTypeMismatch { expected: region.dtype(), got: src.dtype() }.into_py_err());
+    let value = match value {
+        Value::Object(v) => v,
+        Value::Array(src) => {
+            if src.dtype() != region.dtype() {
+                return Err(Error::DTypeMismatch { expected: region.dtype(), got: src.dtype() }.into_py_err());
+            }
+            return py
+                .detach(move || {
+                    // Another allocation over the same bytes: copied first, as numpy would
+                    // (the backend copies between allocations as if they were disjoint).
+                    if crate::adopt::aliases_other_allocation(&src, crate::adopt::memory_of(&region)) {
+                        let own = dispatch!(&src, nd => nd.copy().map(Wrap::wrap))?;
+                        return copy_between(&region, &own);
+                    }
+                    copy_between(&region, &src)
+                })
+                .py();
         }
-        return py
-            .detach(move || {
-                // Another allocation over the same bytes: copied first, as numpy would
-                // (the backend copies between allocations as if they were disjoint).
-                if crate::adopt::aliases_other_allocation(&src, crate::adopt::memory_of(&region)) {
-                    let own = dispatch!(&src, nd => nd.copy().map(Wrap::wrap))?;
-                    return copy_between(&region, &own);
-                }
-                copy_between(&region, &src)
-            })
-            .py();
-    }
+    };
     let np = py.import("numpy")?;
     let dtype = numpy_dtype(py, region.dtype());
     let arr = if value.cast::<PyUntypedArray>().is_err() && np.call_method1("ndim", (value,))?.eq(0)? {
@@ -290,46 +296,21 @@ fn upload<T: Wrap>(
     arr.py().detach(|| write_region(region, host, pool)).py()
 }
 
-/// Uploads `host` (the region's shape) into `region`: one write when the region is
-/// contiguous, else one write into staging and one scatter plan.
+/// The plans of the regions written last, on every device (`NDBuffer::write_region`).
+static PLANS: RegionPlans<Device> = RegionPlans::new();
+
+/// Uploads `host` (the region's shape) into `region`, staging from `pool` when given.
 ///
 /// # Errors
-/// [`Error::OutOfMemory`] when the host cannot hold a gathered copy; allocation, plan and
-/// driver errors.
+/// As `NDBuffer::write_region_with`.
 pub fn write_region<T: gpubuf::Element>(
     region: &NDBuffer<Device, T>,
     host: ArrayViewD<'_, T>,
     pool: Option<&MemoryPool<GilAllocator>>,
 ) -> gpubuf::Result<()> {
-    if region.shape() != host.shape() {
-        return Err(Error::ShapeMismatch { expected: region.shape().to_vec(), got: host.shape().to_vec() });
-    }
-    if region.size() == 0 {
-        return Ok(());
-    }
-    let gathered;
-    let dense = if host.is_standard_layout() {
-        host
-    } else {
-        gathered = gpubuf::c_order_vec(&host)?;
-        ArrayView::from_shape(IxDyn(host.shape()), &gathered).map_err(|e| Error::invalid(e.to_string()))?
-    };
-    if region.is_c_contiguous() {
-        return region.write_ndarray(dense);
-    }
     let device = region.backend();
-    let staging: NDBuffer<Device, T> = match pool {
-        Some(p) => p.empty(device, region.shape(), Order::C)?,
-        None => NDBuffer::empty(device, region.shape(), Order::C)?,
-    };
-    staging.write_ndarray(dense)?;
-    if crate::region_plan::gather_rows(region, &staging)? {
-        return Ok(());
-    }
-    let storage_len = region.buffer().len() / T::DTYPE.size();
-    let stream = device.default_stream();
-    let plan = CopyPlan::new(vec![storage_len], region.size(), Segment::from_layout(0, region.layout(), 0)?)?;
-    plan.check_scatter()?;
-    let prepared = device.prepare(&plan, T::DTYPE)?;
-    device.scatter(stream, &prepared, staging.storage(), &[region.storage()])
+    region.write_region_with(host, &PLANS, |shape| match pool {
+        Some(p) => p.empty(device, shape, Order::C),
+        None => NDBuffer::empty(device, shape, Order::C),
+    })
 }
