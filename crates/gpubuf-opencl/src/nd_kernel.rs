@@ -58,9 +58,16 @@ fn pointee_dtype(name: &str) -> std::result::Result<Option<DType>, &str> {
 }
 
 impl UserKernel {
-    /// Launches the kernel on `stream` with `args` expanded to its parameters (see the
-    /// [module](self)), after the checks of [`UserKernel::launch`] and the element types
-    /// of the arrays.
+    /// Launches the kernel on `stream` with `args` expanded to its parameters as
+    /// [`gpubuf_buffer::args`] describes (each array a `__global T*` and a `long` element
+    /// offset, and with `.strided()` a `long` stride per axis; each scalar its C type),
+    /// after the checks of [`UserKernel::launch`] and of the arrays' element types.
+    ///
+    /// The element type of each array is checked against the type its pointer parameter
+    /// points to, from the kernel's argument info: `uchar` (`u8`), `int`, `uint`, `long`,
+    /// `half`, `float`, `double`. A mismatch is [`Error::DTypeMismatch`]; a pointer to
+    /// another scalar type (`ulong`, `short`, ...) is [`Error::InvalidArgument`]; a
+    /// pointer to `void`, a vector, a struct or a typedef'd name is not checked.
     ///
     /// # Errors
     /// As [`Args::lower_together`] (arrays of several devices, views that do not fit, a

@@ -21,8 +21,14 @@ use gpubuf_core::kernel::Launch;
 use gpubuf_core::Result;
 
 impl UserKernel {
-    /// Launches the kernel on `stream` with `args` expanded to its parameters (see the
-    /// [module](self)), after the checks of [`UserKernel::launch`].
+    /// Launches the kernel on `stream` with `args` expanded to its parameters as
+    /// [`gpubuf_buffer::args`] describes: each array a `T*` (its allocation's base) and a
+    /// `long long` element offset, and with `.strided()` a `long long` stride per axis;
+    /// each scalar one parameter of its C type. Checked as [`UserKernel::launch`] checks
+    /// (count, sizes, floats, pointers as the source declares them); PTX does not record
+    /// what a pointer points to, so the arrays' element types are not checked on CUDA.
+    /// The [`Launch`] is OpenCL's: dimension 0 is `x`, exactly `global[d]` threads
+    /// ([`crate::geometry`]).
     ///
     /// # Errors
     /// As [`Args::lower_together`] (arrays of several devices, views that do not fit, a

@@ -113,7 +113,11 @@ enum Held {
     Cuda(gpubuf_cuda::UserKernel),
 }
 
-/// A user kernel built for a [`Device`] ([`Device::kernel`]). Clones share it.
+/// A user kernel built for a [`Device`] ([`Device::kernel`]), launched with [`Args`]:
+/// on OpenCL and CUDA each array becomes `(T* base, long offset)` (plus a `long` stride
+/// per axis when passed `.strided()`) and each scalar one parameter, as
+/// [`crate::args`] describes; the CPU closure gets ndarray views
+/// ([`CpuKernelArgs`]). Clones share it.
 #[derive(Clone, Debug)]
 pub struct DeviceKernel {
     device: Device,
