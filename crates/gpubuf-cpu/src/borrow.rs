@@ -26,8 +26,8 @@
 //! request that is itself waiting.
 
 use gpubuf_core::{Error, Result};
-use parking_lot::{Condvar, Mutex};
 use std::cell::RefCell;
+use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 
 /// How a range is borrowed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -125,6 +125,9 @@ struct Table {
 }
 
 /// The range borrows of one allocation.
+///
+/// `std`'s mutex and condition variable rather than parking_lot's: under Miri, parking_lot's
+/// wait queue casts integers to pointers, which hides pointer bugs from Miri's checks.
 #[derive(Default)]
 pub(crate) struct Borrows {
     table: Mutex<Table>,
@@ -133,6 +136,12 @@ pub(crate) struct Borrows {
 }
 
 impl Borrows {
+    /// The table, locked. No user code runs while it is held, so a poisoned lock (a panic
+    /// inside this module) still holds a consistent table.
+    fn table(&self) -> MutexGuard<'_, Table> {
+        self.table.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     /// Borrows bytes `start..end` of allocation `id` (whose borrows `self` tracks), by the
     /// rules in the module docs.
     ///
@@ -160,7 +169,7 @@ impl Borrows {
                 mine.describe()
             )));
         }
-        let mut table = self.table.lock();
+        let mut table = self.table();
         while let Some(&(_, busy)) = table.live.iter().find(|(_, x)| x.conflicts(&want)) {
             if !may_wait {
                 return Err(Error::invalid(format!(
@@ -171,7 +180,7 @@ impl Borrows {
                     busy.describe()
                 )));
             }
-            self.released.wait(&mut table);
+            table = self.released.wait(table).unwrap_or_else(PoisonError::into_inner);
         }
         table.next += 1;
         let key = table.next;
@@ -196,7 +205,7 @@ impl Drop for Borrowed<'_> {
             return;
         }
         forget(&[self.held]);
-        let mut table = self.borrows.table.lock();
+        let mut table = self.borrows.table();
         if let Some(at) = table.live.iter().position(|(k, _)| *k == self.key) {
             table.live.swap_remove(at);
         }

@@ -12,6 +12,20 @@ use std::time::Duration;
 /// Long enough for another thread to reach a point it can reach at all.
 const PATIENCE: Duration = Duration::from_secs(10);
 
+/// Runs `f` on another thread; fails the test if it has not returned within 30 s (a
+/// deadlock, or a wait that never ends) instead of hanging the suite.
+fn within_time(f: impl FnOnce() + Send + 'static) {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        f();
+        let _ = tx.send(());
+    });
+    match rx.recv_timeout(Duration::from_secs(30)) {
+        Err(mpsc::RecvTimeoutError::Timeout) => panic!("the test hung"),
+        r => r.expect("the test failed"),
+    }
+}
+
 fn ramp(cpu: &CpuBackend, n: usize) -> NDBuffer<CpuBackend, i64> {
     let data: Vec<i64> = (0..n as i64).collect();
     NDBuffer::from_slice(cpu, &[n], &data).unwrap()
@@ -71,124 +85,142 @@ fn a_strided_view_borrows_its_span() {
 
 #[test]
 fn two_threads_write_disjoint_blocks_of_one_allocation_at_once() {
-    let cpu = CpuBackend::new();
-    let a = ramp(&cpu, 64);
-    let (lo, hi) = (a.slice(&[0..32]).unwrap(), a.slice(&[32..64]).unwrap());
-    let (lo, hi) = (&lo, &hi);
-    let (lo_in, lo_seen) = mpsc::channel();
-    let (hi_in, hi_seen) = mpsc::channel();
-    let (fill_done, filled) = mpsc::channel();
-    std::thread::scope(|s| {
-        // Each thread enters its write view, then waits inside it until the other one is
-        // inside its own: only possible when neither borrow excludes the other.
-        let t = s.spawn(move || {
-            lo.view_mut(|mut v| {
-                lo_in.send(()).unwrap();
-                let met = hi_seen.recv_timeout(PATIENCE).is_ok();
-                v.fill(1);
-                met
-            })
-        });
-        let met = hi
-            .view_mut(|mut v| {
-                hi_in.send(()).unwrap();
-                let met = lo_seen.recv_timeout(PATIENCE).is_ok();
-                v.fill(2);
-                met
-            })
-            .unwrap();
-        assert!(met, "the second thread's view did not run while the first one's did");
-        assert!(t.join().unwrap().unwrap(), "the first thread's view did not run while the second one's did");
-        // A backend fill of `hi` from a thread while another holds a write view of `lo`.
+    within_time(|| {
+        let cpu = CpuBackend::new();
+        let a = ramp(&cpu, 64);
+        let (lo, hi) = (a.slice(&[0..32]).unwrap(), a.slice(&[32..64]).unwrap());
+        let (lo, hi) = (&lo, &hi);
         let (lo_in, lo_seen) = mpsc::channel();
-        let t = s.spawn(move || {
-            lo.view_mut(|_| {
-                lo_in.send(()).unwrap();
-                filled.recv_timeout(PATIENCE).is_ok()
-            })
+        let (hi_in, hi_seen) = mpsc::channel();
+        let (fill_done, filled) = mpsc::channel();
+        std::thread::scope(|s| {
+            // Each thread enters its write view, then waits inside it until the other one is
+            // inside its own: only possible when neither borrow excludes the other.
+            let t = s.spawn(move || {
+                lo.view_mut(|mut v| {
+                    lo_in.send(()).unwrap();
+                    let met = hi_seen.recv_timeout(PATIENCE).is_ok();
+                    v.fill(1);
+                    met
+                })
+            });
+            let met = hi
+                .view_mut(|mut v| {
+                    hi_in.send(()).unwrap();
+                    let met = lo_seen.recv_timeout(PATIENCE).is_ok();
+                    v.fill(2);
+                    met
+                })
+                .unwrap();
+            assert!(met, "the second thread's view did not run while the first one's did");
+            assert!(
+                t.join().unwrap().unwrap(),
+                "the first thread's view did not run while the second one's did"
+            );
+            // A backend fill of `hi` from a thread while another holds a write view of `lo`.
+            let (lo_in, lo_seen) = mpsc::channel();
+            let t = s.spawn(move || {
+                lo.view_mut(|_| {
+                    lo_in.send(()).unwrap();
+                    filled.recv_timeout(PATIENCE).is_ok()
+                })
+            });
+            lo_seen.recv().unwrap();
+            hi.fill(5).unwrap();
+            fill_done.send(()).unwrap();
+            assert!(t.join().unwrap().unwrap(), "the fill waited for the other thread's view");
         });
-        lo_seen.recv().unwrap();
-        hi.fill(5).unwrap();
-        fill_done.send(()).unwrap();
-        assert!(t.join().unwrap().unwrap(), "the fill waited for the other thread's view");
+        let got = a.to_vec().unwrap();
+        assert!(got[..32].iter().all(|&x| x == 1) && got[32..].iter().all(|&x| x == 5), "{got:?}");
     });
-    let got = a.to_vec().unwrap();
-    assert!(got[..32].iter().all(|&x| x == 1) && got[32..].iter().all(|&x| x == 5), "{got:?}");
 }
 
 #[test]
 fn a_thread_waits_for_an_overlapping_range_and_proceeds_after_release() {
-    let cpu = CpuBackend::new();
-    let a = ramp(&cpu, 16);
-    let (lo, mid) = (a.slice(&[0..8]).unwrap(), a.slice(&[4..12]).unwrap());
-    let (lo, mid) = (&lo, &mid);
-    let (held, holding) = mpsc::channel();
-    let (release, released) = mpsc::channel::<()>();
-    let done = &AtomicBool::new(false);
-    std::thread::scope(|s| {
-        s.spawn(move || {
-            lo.view_mut(|mut v| {
-                held.send(()).unwrap();
-                released.recv().unwrap();
-                v.fill(7);
-            })
-            .unwrap();
+    within_time(|| {
+        let cpu = CpuBackend::new();
+        let a = ramp(&cpu, 16);
+        let (lo, mid) = (a.slice(&[0..8]).unwrap(), a.slice(&[4..12]).unwrap());
+        let (lo, mid) = (&lo, &mid);
+        let (held, holding) = mpsc::channel();
+        let (release, released) = mpsc::channel::<()>();
+        let done = &AtomicBool::new(false);
+        std::thread::scope(|s| {
+            s.spawn(move || {
+                lo.view_mut(|mut v| {
+                    held.send(()).unwrap();
+                    released.recv().unwrap();
+                    v.fill(7);
+                })
+                .unwrap();
+            });
+            holding.recv().unwrap();
+            let waiter = s.spawn(move || {
+                // Holds nothing: waits for the writer instead of failing.
+                let r = mid.view(|v| v.iter().copied().collect::<Vec<i64>>());
+                done.store(true, Ordering::SeqCst);
+                r
+            });
+            std::thread::sleep(Duration::from_millis(200));
+            assert!(!done.load(Ordering::SeqCst), "the reader did not wait for the overlapping writer");
+            release.send(()).unwrap();
+            let seen = waiter.join().unwrap().unwrap();
+            assert_eq!(seen, vec![7, 7, 7, 7, 8, 9, 10, 11], "the reader saw the write complete");
         });
-        holding.recv().unwrap();
-        let waiter = s.spawn(move || {
-            // Holds nothing: waits for the writer instead of failing.
-            let r = mid.view(|v| v.iter().copied().collect::<Vec<i64>>());
-            done.store(true, Ordering::SeqCst);
-            r
-        });
-        std::thread::sleep(Duration::from_millis(200));
-        assert!(!done.load(Ordering::SeqCst), "the reader did not wait for the overlapping writer");
-        release.send(()).unwrap();
-        let seen = waiter.join().unwrap().unwrap();
-        assert_eq!(seen, vec![7, 7, 7, 7, 8, 9, 10, 11], "the reader saw the write complete");
     });
 }
 
 #[test]
 fn waiting_follows_the_byte_order_within_an_allocation() {
-    let cpu = CpuBackend::new();
-    let s = cpu.default_stream().clone();
-    let mem = &cpu.allocate(64).unwrap();
-    let l = |off: usize| Layout::new(vec![16], vec![1], off).unwrap();
-    let (held, holding) = mpsc::channel();
-    let (release, released) = mpsc::channel::<()>();
-    std::thread::scope(|scope| {
-        // Another thread writes bytes 16..32.
-        scope.spawn(move || {
-            with_array_mut::<u8, _>(mem, &l(16), |_| {
-                held.send(()).unwrap();
-                released.recv().unwrap();
-            })
-            .unwrap();
-        });
-        holding.recv().unwrap();
-        // Holding bytes 32..48, a busy range before them is tried: an error, not a wait
-        // that could close a cycle.
-        let r = with_array::<u8, _>(mem, &l(32), |_| cpu.write(&s, mem, 20, &[9])).unwrap();
-        match r {
-            Err(Error::InvalidArgument(m)) => {
-                assert!(m.contains("busy") && m.contains("bytes 16..32"), "{m}")
+    within_time(|| {
+        let cpu = CpuBackend::new();
+        let s = cpu.default_stream().clone();
+        let mem = &cpu.allocate(64).unwrap();
+        let l = |off: usize| Layout::new(vec![16], vec![1], off).unwrap();
+        let (held, holding) = mpsc::channel();
+        let (release, released) = mpsc::channel::<()>();
+        std::thread::scope(|scope| {
+            // Another thread writes bytes 16..32.
+            scope.spawn(move || {
+                with_array_mut::<u8, _>(mem, &l(16), |_| {
+                    held.send(()).unwrap();
+                    released.recv().unwrap();
+                })
+                .unwrap();
+            });
+            holding.recv().unwrap();
+            // Holding bytes 32..48, a busy range before them is tried: an error, not a wait
+            // that could close a cycle.
+            let (tried, attempt) = mpsc::channel();
+            let (cpu2, s2) = (&cpu, &s);
+            scope.spawn(move || {
+                let r = with_array::<u8, _>(mem, &l(32), |_| cpu2.write(s2, mem, 20, &[9])).unwrap();
+                tried.send(r).unwrap();
+            });
+            let r = attempt.recv_timeout(PATIENCE / 2);
+            if r.is_err() {
+                release.send(()).unwrap();
             }
-            r => panic!("{r:?}"),
-        }
-        // Holding bytes 0..16, the busy range after them is waited for: released after a
-        // while, the write lands.
-        let waiter = scope.spawn(|| {
-            with_array::<u8, _>(mem, &l(0), |_| cpu.fill(&s, MemRef::new(mem, 16, 16).unwrap(), &[4]))
-                .unwrap()
+            match r.expect("waited instead of failing") {
+                Err(Error::InvalidArgument(m)) => {
+                    assert!(m.contains("busy") && m.contains("bytes 16..32"), "{m}")
+                }
+                r => panic!("{r:?}"),
+            }
+            // Holding bytes 0..16, the busy range after them is waited for: released after a
+            // while, the write lands.
+            let waiter = scope.spawn(|| {
+                with_array::<u8, _>(mem, &l(0), |_| cpu.fill(&s, MemRef::new(mem, 16, 16).unwrap(), &[4]))
+                    .unwrap()
+            });
+            std::thread::sleep(Duration::from_millis(100));
+            release.send(()).unwrap();
+            assert!(waiter.join().unwrap().is_ok());
         });
-        std::thread::sleep(Duration::from_millis(100));
-        release.send(()).unwrap();
-        assert!(waiter.join().unwrap().is_ok());
+        let mut back = [0u8; 64];
+        cpu.read(&s, mem, 0, &mut back).unwrap();
+        assert!(back[16..32].iter().all(|&b| b == 4) && back[..16].iter().all(|&b| b == 0));
     });
-    let mut back = [0u8; 64];
-    cpu.read(&s, mem, 0, &mut back).unwrap();
-    assert!(back[16..32].iter().all(|&b| b == 4) && back[..16].iter().all(|&b| b == 0));
 }
 
 #[test]
