@@ -7,6 +7,11 @@
 //! a crash or garbage); a backend checks the arguments against the kernel's signature and
 //! the work sizes against the device's limits first, and reports a typed error.
 //!
+//! [`KernelArg`] is one kernel parameter. To pass arrays themselves (an `NDBuffer` of any
+//! element type becomes its allocation, a `long` element offset and, on request, `long`
+//! strides) and [`Scalar`]s, use `gpubuf_buffer::Args` (`gpubuf::Args`), which every
+//! backend and `gpubuf::Device::kernel` launch with; its module documents the convention.
+//!
 //! ```
 //! use gpubuf_core::kernel::Launch;
 //!
