@@ -15,9 +15,11 @@ use parking_lot::Mutex;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyTuple};
 
-/// The typed array an [`AnyArray`] holds, when it is of type `Self`.
+/// The typed array an [`AnyArray`] holds, when it is of type `Self`, and a typed set
+/// wrapped in [`AnyFields`].
 trait Pick: Wrap {
     fn pick(a: &AnyArray) -> Option<&NDBuffer<Device, Self>>;
+    fn any_fields(h: HaloFields<Device, Self>) -> AnyFields;
 }
 
 macro_rules! pick {
@@ -28,6 +30,9 @@ macro_rules! pick {
                     AnyArray::$v(nd) => Some(nd),
                     _ => None,
                 }
+            }
+            fn any_fields(h: HaloFields<Device, Self>) -> AnyFields {
+                AnyFields::$v(h)
             }
         }
     )*};
@@ -175,6 +180,9 @@ fn parts<'py>(obj: &Bound<'py, PyAny>, what: &str) -> PyResult<Vec<Bound<'py, Py
     Ok(vec![obj.clone()])
 }
 
+/// A call's arrays grouped by dtype, and the uploaded numpy arrays with their copies.
+type Converted = (Vec<Vec<AnyArray>>, Vec<(Py<PyAny>, AnyArray)>);
+
 /// Halo updates of many fields at once, every boundary (edges and corners), built once:
 /// ``HaloFields(fields, n_halo=None, dims=None, backend=None, periodic=True, tile=None,
 /// cube=None, rank=0)``. Each field is a ``QuantityHaloSpec`` (gpubuf's or pace's), or an
@@ -197,12 +205,12 @@ pub struct PyHaloFields {
 impl PyHaloFields {
     /// The arrays of one call, converted and grouped by dtype; the numpy arrays that were
     /// uploaded come back with their copies, to write an unpack into.
-    fn arrays(&self, list: &Bound<'_, PyAny>) -> PyResult<(Vec<Vec<AnyArray>>, Vec<(Py<PyAny>, AnyArray)>)> {
+    fn arrays(&self, list: &Bound<'_, PyAny>) -> PyResult<Converted> {
         let items: Vec<Bound<'_, PyAny>> =
             list.extract().map_err(|_| invalid("arrays are a sequence, one entry per field"))?;
         if items.len() != self.fields.len() {
             return Err(to_py(Error::LengthMismatch {
-                what: format!("halo field arrays (one entry per field, a pair for a vector)"),
+                what: "halo field arrays (one entry per field, a pair for a vector)".into(),
                 unit: "entries",
                 expected: self.fields.len(),
                 got: items.len(),
@@ -436,19 +444,3 @@ impl PyHaloFields {
         )
     }
 }
-
-/// Wrapping a typed set in [`AnyFields`] (inside `with_dtype!`).
-trait AnySet: gpubuf::Element + Sized {
-    fn any_fields(h: HaloFields<Device, Self>) -> AnyFields;
-}
-
-macro_rules! any_set {
-    ($($t:ty => $v:ident),*) => {$(
-        impl AnySet for $t {
-            fn any_fields(h: HaloFields<Device, Self>) -> AnyFields {
-                AnyFields::$v(h)
-            }
-        }
-    )*};
-}
-any_set!(u8 => U8, i32 => I32, u32 => U32, i64 => I64, half::f16 => F16, f32 => F32, f64 => F64);
