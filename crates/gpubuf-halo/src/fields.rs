@@ -176,6 +176,24 @@ impl<B: Kernels, T: Element> HaloFields<B, T> {
         Self::build(backend, fields, rank, links, &|b, x, y| HaloDataTransformer::new(b, x, y))
     }
 
+    /// As [`HaloFields::partitioned`], with the transformers' buffers from `pool`.
+    ///
+    /// # Errors
+    /// As [`HaloFields::partitioned`].
+    pub fn partitioned_with_pool<A>(
+        backend: &B,
+        pool: &MemoryPool<A>,
+        fields: Vec<HaloField>,
+        partitioner: &dyn Partitioner,
+        rank: usize,
+    ) -> Result<Self>
+    where
+        A: Allocator<Memory = B::Memory>,
+    {
+        let links = neighbor_links(partitioner, rank)?;
+        Self::build(backend, fields, rank, links, &|b, x, y| HaloDataTransformer::with_pool(b, pool, x, y))
+    }
+
     fn build(
         backend: &B,
         fields: Vec<HaloField>,

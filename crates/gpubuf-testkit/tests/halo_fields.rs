@@ -180,7 +180,11 @@ fn partitioned_tile_matches_global_wrap<B: Kernels>(b: &B) -> Result<()> {
     for r in 0..4 {
         let arrays =
             g.iter().map(|a| NDBuffer::from_ndarray(b, piece(a, r).view())).collect::<Result<Vec<_>>>()?;
-        let mut h = HaloFields::<B, f64>::partitioned(b, fields.clone(), &tile, r)?;
+        let pool = MemoryPool::new(b.clone());
+        let mut h = match r % 2 {
+            0 => HaloFields::<B, f64>::partitioned(b, fields.clone(), &tile, r)?,
+            _ => HaloFields::<B, f64>::partitioned_with_pool(b, &pool, fields.clone(), &tile, r)?,
+        };
         assert!(matches!(
             h.update(&mut [] as &mut [&mut NDBuffer<B, f64>]),
             Err(Error::LengthMismatch { .. })
@@ -213,7 +217,90 @@ fn partitioned_tile_matches_global_wrap<B: Kernels>(b: &B) -> Result<()> {
     Ok(())
 }
 
-backend_tests!(periodic_fields_match_wrap, periodic_fields_errors, partitioned_tile_matches_global_wrap);
+/// A cubed sphere of one rank per face, a scalar and a vector: every message finds a
+/// receive of its length, every edge halo is filled (each edge crossing rotates, and the
+/// values come from the neighbour's interior: the neighbour's rank, and for a vector the
+/// component a quarter turn swaps in), and the halo corners,
+/// all tile corners here, keep their values (no neighbour there, as in NDSL).
+fn cube_fills_edges_and_leaves_tile_corners<B: Kernels>(b: &B) -> Result<()> {
+    use gpubuf::halo::CubedSpherePartitioner;
+    let (e, n) = (4usize, 2usize);
+    let cube = CubedSpherePartitioner::new(1)?;
+    let q = QuantityHaloSpec::centered(&[Dim::X, Dim::Y], &[e, e], n, 0, DType::F64)?;
+    let fields = vec![HaloField::Scalar(q.clone()), HaloField::Vector { x: q.clone(), y: q.clone() }];
+    let start = |r: usize, k: usize| {
+        ArrayD::from_shape_fn(IxDyn(&q.shape), |ix| {
+            let inside = (n..n + e).contains(&ix[0]) && (n..n + e).contains(&ix[1]);
+            if inside {
+                (1 + r * 1000 + k * 100 + ix[0] * e + ix[1]) as f64
+            } else {
+                -1.0
+            }
+        })
+    };
+    let mut ranks = Vec::new();
+    for r in 0..6 {
+        let arrays =
+            (0..3).map(|k| NDBuffer::from_ndarray(b, start(r, k).view())).collect::<Result<Vec<_>>>()?;
+        let h = HaloFields::<B, f64>::partitioned(b, fields.clone(), &cube, r)?;
+        assert_eq!(h.links().len(), 4, "four edge neighbours, no corner ones");
+        ranks.push((h, arrays));
+    }
+    let mut mail = Vec::new();
+    for (r, (h, arrays)) in ranks.iter_mut().enumerate() {
+        for k in 0..4 {
+            h.pack(k, &arrays.iter().collect::<Vec<_>>())?;
+            mail.push((r, h.links()[k].rank, h.read_message(k)?));
+        }
+    }
+    for (from, to, bytes) in mail {
+        let h = &mut ranks[to].0;
+        let k = h.links().iter().position(|l| l.rank == from).expect("a link back");
+        h.receive_message(k, &bytes)?;
+    }
+    for (r, (h, arrays)) in ranks.iter_mut().enumerate() {
+        for k in 0..4 {
+            h.unpack(k, &mut arrays.iter_mut().collect::<Vec<_>>())?;
+        }
+        for (k, a) in arrays.iter().enumerate() {
+            let (got, before) = (a.to_ndarray()?, start(r, k));
+            for (ix, &v) in got.indexed_iter() {
+                let halo = [ix[0], ix[1]].map(|i| !(n..n + e).contains(&i));
+                match halo {
+                    [true, true] => assert_eq!(v, -1.0, "rank {r} array {k} corner {ix:?}"),
+                    [false, false] => assert_eq!(v, before[&ix], "rank {r} array {k} interior {ix:?}"),
+                    _ => {
+                        use gpubuf::halo::{Boundary, Partitioner};
+                        let side = match (ix[0] < n, ix[0] >= n + e, ix[1] < n) {
+                            (true, _, _) => Boundary::West,
+                            (_, true, _) => Boundary::East,
+                            (_, _, true) => Boundary::South,
+                            _ => Boundary::North,
+                        };
+                        let nb = cube.neighbor(r, side).expect("an edge neighbour");
+                        // A quarter turn swaps a vector's components (NDSL's rule).
+                        let comp = if k > 0 && nb.rotation % 2 == 1 { 3 - k } else { k };
+                        let src = v.abs() as usize - 1;
+                        assert!(v != -1.0, "rank {r} array {k} edge {ix:?} not filled");
+                        assert_eq!(
+                            (src / 1000, src / 100 % 10),
+                            (nb.rank, comp),
+                            "rank {r} array {k} {side:?} {ix:?}: {v}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+backend_tests!(
+    periodic_fields_match_wrap,
+    periodic_fields_errors,
+    partitioned_tile_matches_global_wrap,
+    cube_fills_edges_and_leaves_tile_corners
+);
 
 /// An array of another device (a second CPU backend: another device) is refused.
 #[test]
