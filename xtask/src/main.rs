@@ -31,6 +31,8 @@ mod doccover;
 mod miri;
 mod mpi;
 mod python;
+#[cfg(test)]
+mod rings;
 mod sh;
 mod summary;
 mod tests;

@@ -12,7 +12,7 @@
 //! The result (checksum of the global field in row-major order) is the same with any
 //! number of ranks and on every backend: every cell is updated with the same arithmetic.
 
-use crate::bench::progress;
+use crate::report::progress;
 use crate::stencil::Stencil;
 use gpubuf::bufferizer::Bufferizer;
 use gpubuf::halo::{Boundary, Dim, HaloDataTransformer, HaloExchangeSpec, QuantityHaloSpec};

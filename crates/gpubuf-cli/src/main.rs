@@ -7,9 +7,12 @@ mod demo;
 mod demo_mpi;
 mod info;
 mod plot;
+mod report;
 mod stencil;
+mod stencil_cpu;
 #[cfg(feature = "cuda")]
 mod stencil_cuda;
+mod stencil_fields;
 #[cfg(feature = "opencl")]
 mod stencil_opencl;
 

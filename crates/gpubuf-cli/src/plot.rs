@@ -3,7 +3,7 @@
 //! scale. The file's extension picks the format: `.png` (bitmap) or `.svg`. Text is set in
 //! DejaVu Sans, compiled into the binary, so no system font is needed.
 
-use crate::bench::{Entry, Report};
+use crate::report::{Entry, Report};
 use gpubuf::{Error, Result};
 use plotters::coord::Shift;
 use plotters::prelude::*;

@@ -1,7 +1,7 @@
 //! The demo's 5-point heat stencil as a CUDA C kernel compiled by NVRTC (see `stencil.rs`
 //! for the arithmetic every backend shares).
 
-use crate::stencil::kernel_args;
+use crate::stencil_fields::kernel_args;
 use gpubuf::cuda::{CudaBackend, UserKernel};
 use gpubuf::kernel::Launch;
 use gpubuf::{Backend, NDBuffer, Result};

@@ -1,7 +1,7 @@
 //! The demo's 5-point heat stencil as an OpenCL C kernel (see `stencil.rs` for the
 //! arithmetic every backend shares).
 
-use crate::stencil::kernel_args;
+use crate::stencil_fields::kernel_args;
 use gpubuf::kernel::Launch;
 use gpubuf::opencl::opencl3::device::CL_DEVICE_TYPE_GPU;
 use gpubuf::opencl::{OpenClBackend, UserKernel};
@@ -96,7 +96,7 @@ impl OpenClStencil {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::stencil::CpuStencil;
+    use crate::stencil_cpu::CpuStencil;
     use gpubuf::cpu::CpuBackend;
     use gpubuf::{Buffer, Order};
 
