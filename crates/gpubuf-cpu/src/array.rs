@@ -119,9 +119,11 @@ fn positive<T: Element>(start: usize, len: usize, layout: &Layout) -> Result<Opt
 ///
 /// # Errors
 /// [`Error::OutOfBounds`] when the layout reaches outside the buffer (or allocation);
-/// [`Error::InvalidArgument`] when the buffer's offset is not whole elements, or when
-/// called from inside a closure that holds a write borrow of any byte the view spans
-/// (see [`CpuMemory::with_bytes`]).
+/// [`Error::InvalidArgument`] when the buffer's offset is not whole elements; when called
+/// from inside a closure that holds a write borrow of any byte the view spans; or when
+/// another thread holds one and this thread holds bytes ordered after the view's first
+/// byte, so that waiting could deadlock (see [`CpuMemory::with_bytes`]). Otherwise a
+/// conflicting borrow of another thread is waited for.
 pub fn with_array<T: Element, R>(
     storage: &(impl CpuStorage + ?Sized),
     layout: &Layout,
@@ -165,8 +167,8 @@ pub fn with_array<T: Element, R>(
 ///
 /// # Errors
 /// As [`with_array`], plus [`Error::InvalidArgument`] when the view addresses an element
-/// twice (zero or overlapping strides), or when called from inside a closure that holds
-/// any borrow (read or write) of a byte the view spans.
+/// twice (zero or overlapping strides); the borrow conflicts of [`with_array`] count any
+/// borrow (read or write) of a byte the view spans.
 pub fn with_array_mut<T: Element, R>(
     storage: &(impl CpuStorage + ?Sized),
     layout: &Layout,

@@ -198,7 +198,8 @@ impl CpuMemory {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] when called from inside a closure that holds a write
-    /// borrow of any of these bytes (see the module docs); `f` does not run then.
+    /// borrow of any of these bytes, or when another thread holds one and waiting could
+    /// deadlock (see the module docs); `f` does not run then.
     pub fn with_bytes<R>(&self, f: impl FnOnce(&[u8]) -> R) -> Result<R> {
         self.with_range(0, self.len, f)
     }
@@ -208,7 +209,8 @@ impl CpuMemory {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] when called from inside a closure that holds a borrow of
-    /// any of these bytes (see the module docs); `f` does not run then.
+    /// any of these bytes, or when another thread holds one and waiting could deadlock
+    /// (see the module docs); `f` does not run then.
     pub fn with_bytes_mut<R>(&self, f: impl FnOnce(&mut [u8]) -> R) -> Result<R> {
         self.with_range_mut(0, self.len, f)
     }
