@@ -4,20 +4,29 @@
 //! native module `gpubuf._gpubuf`; the package `gpubuf` (`python/gpubuf`) re-exports it
 //! and adds `gpubuf.bench`.
 //!
-//! One file per concern: [`errors`] (gpubuf's errors as Python exception classes),
-//! [`ffi_guard`] (what the functions C calls need: no unwinding, nothing of Python touched
-//! at exit),
-//! [`backend`] (`Backend`, `backends()`), [`dtype`] (one array type for every element
-//! type), [`ndbuffer`] (`NDBuffer`), [`interop`] and [`dlpack`] (numpy and DLPack without
-//! copies, with [`dlpack_tensor`], DLPack's structs, and [`dlpack_cuda`], its CUDA half), [`adopt`] (numpy memory adopted by the CPU backend without a copy), [`pool`]
-//! (`MemoryPool`, `PooledBuffer`) with [`gil`] (its allocator, which releases the GIL only
-//! while the device allocates), [`halo`], [`halo_args`] and [`halo_run`] (pace-util's halo
-//! API), [`cuda`] (the CUDA array interface), [`bufferizer`] (dolphin's `Bufferizer`, with
-//! [`bufferizer_append`], its appends),
-//! [`mirror`] (glumpy's `GPUData` as `Mirror`), [`region`] (basic indexing and region
-//! uploads of `NDBuffer`, with [`region_plan`], the row gather and its plan cache), [`reshape`] (its reshapes and dtype views), [`mod@bench`] (the benchmark's Rust-side
-//! loops). Later components add a file and a line to the module function
-//! (`gpubuf_module`) below.
+//! A thin layer: it converts Python objects, and every rule, plan and cache lives in the
+//! Rust crates (region writes and their plans in `NDBuffer::write_region_with`, reshape
+//! rules in `Layout::infer_shape` and `NDBuffer::view_as`, the halo adoption cache in
+//! `gpubuf::halo::AdoptionCache`). The modules form a DAG, never a ring (`xtask`'s
+//! `rings` test checks it): helpers that name no class module, then one module per Python
+//! class, each naming only modules below it. Arrays are returned as [`dtype::AnyArray`],
+//! which converts into `gpubuf.NDBuffer` by the impl beside the class.
+//!
+//! Helpers: [`errors`] (gpubuf's errors as Python exception classes), [`ffi_guard`] (what
+//! the functions C calls need: no unwinding, nothing of Python touched at exit),
+//! [`numpy_mem`] (a numpy array's pointer, flags and byte span), [`dtype`] (one array type
+//! for every element type), [`args`] (shapes and axes), [`adopt`] (numpy memory adopted by
+//! the CPU backend without a copy, and uploads), [`interop`] (numpy's array interface),
+//! [`gil`] (the pool's allocator, which releases the GIL only while the device
+//! allocates), [`dlpack_tensor`] (DLPack's structs), [`cuda`] (the CUDA array interface),
+//! [`dlpack_cuda`] and [`dlpack`] (DLPack without copies), [`region`] (basic indexing and
+//! region writes), [`reshape`] (reshapes and dtype views), [`halo_args`] (a halo call's
+//! quantities). Classes: [`backend`] (`Backend`, `backends()`), [`allocators`],
+//! [`pooled_buffer`] and [`pool`] (`MemoryPool`), [`ndbuffer`] (`NDBuffer`), [`halo`] and
+//! [`halo_run`] (pace-util's halo API), [`bufferizer`] (dolphin's `Bufferizer`, with
+//! [`bufferizer_append`], its appends), [`mirror`] (glumpy's `GPUData` as `Mirror`),
+//! [`mod@bench`] (the benchmark's Rust-side loops). Later components add a file and a line
+//! to the module function (`gpubuf_module`) below.
 //!
 //! Every call that copies or allocates from a device releases the GIL (a pool hit keeps
 //! it); no Rust panic is raised from this
