@@ -37,12 +37,12 @@ mod select;
 
 #[cfg(feature = "cpu")]
 pub use device::{Device, DeviceKernel, KernelSource};
-/// The ndarray crate (version 0.17) that gpubuf's host interop speaks.
-pub use gpubuf_buffer::ndarray;
-pub use gpubuf_buffer::{args, c_order_vec, Arg, Args, Buffer, NDBuffer};
 /// The buffer crate: [`Buffer`], [`NDBuffer`] and their helpers.
 #[doc(inline)]
 pub use gpubuf_buffer as buffer;
+/// The ndarray crate (version 0.17) that gpubuf's host interop speaks.
+pub use gpubuf_buffer::ndarray;
+pub use gpubuf_buffer::{args, c_order_vec, Arg, Args, Buffer, NDBuffer};
 /// The bufferizer crate.
 #[doc(inline)]
 pub use gpubuf_bufferizer as bufferizer;
