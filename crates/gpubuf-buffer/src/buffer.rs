@@ -134,7 +134,9 @@ impl<B: Backend> Buffer<B> {
     /// in common, also when they are typed by different handles of one device (see
     /// [`Buffer::to_backend`]).
     pub fn shares_memory<B2: Backend>(&self, other: &Buffer<B2>) -> bool {
-        self.backend.kind() == other.backend.kind()
+        self.len > 0
+            && other.len > 0
+            && self.backend.kind() == other.backend.kind()
             && self.memory.id() == other.memory.id()
             && self.offset < other.offset.saturating_add(other.len)
             && other.offset < self.offset.saturating_add(self.len)

@@ -14,8 +14,9 @@
 //! * that conflicts with one another thread holds waits for its release, but only when
 //!   the new range lies wholly *after* every borrow the calling thread holds, in the order
 //!   (allocation address, byte offset): allocation first, then its range starts at or
-//!   past the end of every range the thread holds in the same allocation. Otherwise it is
-//!   only tried, and fails with [`Error::InvalidArgument`] while the conflict lasts.
+//!   past the end of every range the thread holds in the same allocation, and only off
+//!   rayon's worker threads. Otherwise it is only tried, and fails with
+//!   [`Error::InvalidArgument`] while the conflict lasts.
 //!
 //! The rule rules out deadlock: a thread waiting for range `R`, blocked by a borrow `H` of
 //! another thread, waits on something that starts before the end of `H`; if that thread in
@@ -23,7 +24,10 @@
 //! `R`. Along any chain of waiting threads the first bytes of what they wait for strictly
 //! increase, so no chain closes into a cycle. Waiting is on held borrows only (a waiting
 //! exclusive borrow does not hold back new shared ones), so a thread is never blocked by a
-//! request that is itself waiting.
+//! request that is itself waiting. A thread can also wait for a free rayon worker (the
+//! holder of a borrow inside `par_chunks_mut`, whose chunks queue on the pool): were the
+//! workers allowed to wait for borrows, they could all wait on that holder while it waits
+//! for one of them, so on a worker a conflict with another thread is an error instead.
 
 use gpubuf_core::{Error, Result};
 use std::cell::RefCell;
@@ -155,12 +159,15 @@ impl Borrows {
         }
         // Outside a thread's lifetime (thread-local destructors) nothing is recorded: the
         // thread holds no borrow then, so waiting is safe.
-        let (mine, may_wait) = HELD
+        let (mine, ordered) = HELD
             .try_with(|h| {
                 let h = h.borrow();
                 (h.iter().find(|x| x.conflicts(&want)).copied(), h.iter().all(|x| want.after(x)))
             })
             .unwrap_or((None, true));
+        // A rayon worker never waits: the holder may itself be waiting for the pool's workers
+        // (a `par_chunks_mut` inside its view), and a worker parked here would not run them.
+        let may_wait = ordered && rayon::current_thread_index().is_none();
         if let Some(mine) = mine {
             return Err(Error::invalid(format!(
                 "re-entrant access to {}: this thread already holds {} (a backend call from inside \

@@ -3,9 +3,12 @@
 //! [`Arg::array_mut`](gpubuf_buffer::Arg::array_mut)) and its scalars, with the same
 //! argument checks as the OpenCL and CUDA launches (see [`gpubuf_buffer::args`]).
 //!
-//! Every array's allocation is locked while the closure runs (as [`with_array`] and
-//! [`with_array_mut`] do); an array that is written may share no bytes with another
-//! argument (the same array as input and output is an error, not two aliasing views).
+//! The bytes each array spans are borrowed while the closure runs, shared for
+//! [`Arg::array`](gpubuf_buffer::Arg::array) and exclusive for
+//! [`Arg::array_mut`](gpubuf_buffer::Arg::array_mut) (as [`with_array`] and
+//! [`with_array_mut`] do), so other arrays of the same pool segment stay free to use; an
+//! array that is written may share no bytes with another argument (the same array as input
+//! and output is an error, not two aliasing views).
 //! The closure runs once per launch, at submission, on the calling thread: it is the
 //! closure's work to loop over the elements (ndarray's `Zip`, or rayon), and the
 //! [`Launch`] is only handed to it ([`CpuKernelArgs::launch`]).
@@ -37,7 +40,7 @@ use crate::{with_array, with_array_mut, CpuBackend, CpuEvent, CpuMemory, CpuStre
 use gpubuf_buffer::args::{Access, ArrayParts, Part};
 use gpubuf_buffer::Args;
 use gpubuf_core::kernel::{Launch, Scalar, ScalarValue};
-use gpubuf_core::{f16, Backend, DType, Element, Error, Result};
+use gpubuf_core::{f16, Backend, DType, DeviceMemory, Element, Error, Result};
 use ndarray::{ArrayViewD, ArrayViewMutD};
 use std::sync::Arc;
 
@@ -109,7 +112,7 @@ mod erased {
             /// Lends the array `a` and the rest, then runs `f`.
             pub fn lend_any<'v, R>(
                 a: &ArrayParts<'_, CpuMemory>,
-                rest: &[Part<'_, CpuMemory>],
+                rest: &[&Part<'_, CpuMemory>],
                 slots: Vec<Slot<'v>>,
                 f: &mut dyn FnMut(Vec<Slot<'_>>) -> Result<R>,
             ) -> Result<R> {
@@ -126,25 +129,25 @@ use erased::{AnyWrite, Sealed, Slot};
 /// `f16`, `f32`, `f64`). Sealed.
 pub trait CpuElement: Sealed {}
 
-/// Locks and views the arrays of `parts` one inside the other, then runs `f` on them all.
+/// Borrows and views the arrays of `parts` one inside the other, then runs `f` on them all.
 fn nest<'v, R>(
-    parts: &[Part<'_, CpuMemory>],
+    parts: &[&Part<'_, CpuMemory>],
     mut slots: Vec<Slot<'v>>,
     f: &mut dyn FnMut(Vec<Slot<'_>>) -> Result<R>,
 ) -> Result<R> {
     match parts.split_first() {
         None => f(slots),
-        Some((Part::Scalar(s), rest)) => {
+        Some((&Part::Scalar(s), rest)) => {
             slots.push(Slot::Scalar(*s));
             nest(rest, slots, f)
         }
-        Some((Part::Array(a), rest)) => erased::lend_any(a, rest, slots, f),
+        Some((&Part::Array(a), rest)) => erased::lend_any(a, rest, slots, f),
     }
 }
 
 fn lend<'v, T: CpuElement, R>(
     a: &ArrayParts<'_, CpuMemory>,
-    rest: &[Part<'_, CpuMemory>],
+    rest: &[&Part<'_, CpuMemory>],
     slots: Vec<Slot<'v>>,
     f: &mut dyn FnMut(Vec<Slot<'_>>) -> Result<R>,
 ) -> Result<R> {
@@ -159,6 +162,18 @@ fn lend<'v, T: CpuElement, R>(
             s.push(Slot::Write(T::DTYPE, Some(T::wrap_write(v))));
             nest(rest, s, f)
         })?,
+    }
+}
+
+/// Where an argument's borrow comes in the borrow order: arrays by (allocation, first byte),
+/// scalars last (they borrow nothing).
+fn borrow_key(p: &Part<'_, CpuMemory>) -> (bool, usize, usize) {
+    match p {
+        Part::Array(a) => {
+            let first = a.layout.span().ok().flatten().map_or(0, |s| s.start.saturating_mul(a.dtype.size()));
+            (false, a.memory.id(), first)
+        }
+        Part::Scalar(_) => (true, 0, 0),
     }
 }
 
@@ -250,17 +265,30 @@ impl CpuKernel {
         self.backend.record_event(stream)
     }
 
-    /// Runs the closure on checked arguments ([`Args::lower`]), holding every array's lock.
+    /// Runs the closure on checked arguments ([`Args::lower`]), with the bytes of every
+    /// array borrowed (shared to read, exclusive to write), taken in the order
+    /// (allocation, first byte).
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] when a written array shares bytes with another argument,
-    /// or when a lock cannot be taken (a launch from inside a view of one of its arrays;
-    /// see [`with_array`]); what the closure returns (a view asked for with the wrong
+    /// or when a borrow cannot be taken (a launch from inside a view that conflicts with one
+    /// of its arrays; see [`with_array`]); what the closure returns (a view asked for with the wrong
     /// element type is [`Error::DTypeMismatch`]).
     pub fn launch_parts(&self, launch: &Launch, parts: &[Part<'_, CpuMemory>]) -> Result<()> {
         check_aliasing(&self.name, parts)?;
         let _span = tracing::trace_span!("cpu.user_launch", kernel = %self.name).entered();
-        nest(parts, Vec::with_capacity(parts.len()), &mut |slots| {
+        // Borrowed in the order (allocation, first byte), the order in which a borrow may
+        // wait for another thread's (crate::borrow): a launch from outside any view then
+        // waits for a conflicting borrow instead of failing, whatever the argument order.
+        let mut order: Vec<usize> = (0..parts.len()).collect();
+        order.sort_by_key(|&i| borrow_key(&parts[i]));
+        let sorted: Vec<&Part<'_, CpuMemory>> = order.iter().map(|&i| &parts[i]).collect();
+        nest(&sorted, Vec::with_capacity(parts.len()), &mut |slots| {
+            let mut placed: Vec<Option<Slot<'_>>> = (0..slots.len()).map(|_| None).collect();
+            for (&at, slot) in order.iter().zip(slots) {
+                placed[at] = Some(slot);
+            }
+            let slots = placed.into_iter().flatten().collect();
             let mut args = CpuKernelArgs { name: self.name.clone(), launch: launch.clone(), slots };
             (self.f)(&mut args)
         })

@@ -49,9 +49,10 @@ pub fn adopt(
     // (computed from its own data pointer, shape and strides), inside the memory its base
     // object owns; `owner` holds a reference to the array, and through it to that base, so
     // the memory is not freed while the adopted memory lives. numpy's elements are
-    // initialised. Foreign accesses during gpubuf calls are excluded by the rule stated to
-    // Python users (docs/python.md: no access from another thread while a gpubuf call on
-    // the same array runs); this crate forms no Rust reference to the bytes.
+    // initialised. The CPU backend forms `&[u8]`/`&mut [u8]` over these bytes only inside
+    // its calls, under a borrow of the range; foreign (numpy) accesses that could overlap
+    // such a reference are excluded by the rule stated to Python users (docs/python.md: no
+    // access from another thread while a gpubuf call on the same array runs).
     let memory = unsafe { CpuMemory::adopt_raw(ptr, s.len, owner) }.map_err(crate::errors::to_py)?;
     let buffer = Buffer::from_memory(device, Memory::Cpu(memory.into()));
     let layout = Layout::new(arr.shape().to_vec(), s.strides, s.offset).map_err(crate::errors::to_py)?;

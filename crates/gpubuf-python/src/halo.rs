@@ -23,7 +23,7 @@ use std::ops::Range;
 
 /// pace's dimension name as gpubuf's [`Dim`]; names pace does not treat as horizontal
 /// are vertical (never rotated), as in pace.
-fn dim_of(name: &str) -> Dim {
+pub(crate) fn dim_of(name: &str) -> Dim {
     match name {
         "x" => Dim::X,
         "x_interface" => Dim::XInterface,

@@ -7,7 +7,7 @@
 use crate::backend::PyBackend;
 use crate::dtype::{parse_dtype, AnyArray, Wrap};
 use crate::errors::{invalid, to_py, IntoPy};
-use crate::halo::{check_disjoint, numpy_quantity, source, Source};
+use crate::halo::{check_disjoint, dim_of, numpy_quantity, source, Source};
 use crate::ndbuffer::PyNDBuffer;
 use gpubuf::halo::{CubedSpherePartitioner, Partitioner, TilePartitioner};
 use gpubuf::{DType, Device, Dim, Error, HaloField, HaloFields, NDBuffer, QuantityHaloSpec};
@@ -92,18 +92,6 @@ fn run<T: Pick>(h: &mut HaloFields<Device, T>, arrays: &[AnyArray], op: Option<O
         Some(Op::Update) => h.update(&mut typed.iter_mut().collect::<Vec<_>>()),
         Some(Op::Pack(k)) => h.pack(k, &typed.iter().collect::<Vec<_>>()),
         Some(Op::Unpack(k)) => h.unpack(k, &mut typed.iter_mut().collect::<Vec<_>>()),
-    }
-}
-
-/// pace's dimension name as a [`Dim`] (any other name is vertical, as in pace).
-fn dim_of(name: &str) -> Dim {
-    match name {
-        "x" => Dim::X,
-        "x_interface" => Dim::XInterface,
-        "y" => Dim::Y,
-        "y_interface" => Dim::YInterface,
-        "z_interface" => Dim::ZInterface,
-        _ => Dim::Z,
     }
 }
 

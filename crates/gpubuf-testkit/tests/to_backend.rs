@@ -28,6 +28,10 @@ fn no_copy_on_own_backend<C: Kernels>(device: &Device, concrete: &C) -> Result<(
     let data: Vec<f64> = (0..12).map(f64::from).collect();
     let plain = NDBuffer::<Device, f64>::from_slice(device, &[3, 4], &data)?;
     shared_both_ways(&plain, &plain.to_backend(concrete)?)?;
+    // An empty view shares no byte, wherever it points (numpy's shares_memory agrees).
+    let empty = plain.buffer().slice(8..8)?;
+    assert!(!empty.shares_memory(plain.buffer()) && !plain.buffer().shares_memory(&empty));
+    assert!(plain.buffer().slice(8..9)?.shares_memory(plain.buffer()));
 
     let pool = MemoryPool::new(device.clone());
     let pooled: NDBuffer<Device, f64> = pool.from_slice(device, &[3, 4], &data)?;
