@@ -7,7 +7,14 @@
 //! array is taken too), objects with `__dlpack__` in host memory, or `gpubuf.NDBuffer`s. On
 //! the CPU backend numpy arrays are adopted without a copy (`adopt.rs`), so `async_pack`
 //! reads and `async_unpack` writes the arrays' own memory; otherwise an array is uploaded,
-//! and after an unpack downloaded and written back before `async_unpack` returns.
+//! and after an unpack downloaded and written back before `async_unpack` returns. On CUDA,
+//! arrays with `__cuda_array_interface__` (CuPy's; a `Quantity` whose `.data` is one) are
+//! used in place.
+//!
+//! pace's own spec objects are taken as they are: anything with the attributes of pace's
+//! `HaloExchangeSpec` and `QuantityHaloSpec` dataclasses is read through them
+//! ([`quantity_spec`], [`specs_of`]). The device of a transformer is `backend=`, else the
+//! process-wide default ([`set_default_backend`]), else what the numpy-like module names.
 
 use crate::adopt::adopt;
 use crate::backend::PyBackend;
@@ -20,6 +27,46 @@ use pyo3::exceptions::PyNotImplementedError;
 use pyo3::prelude::*;
 use pyo3::types::{PySlice, PyTuple};
 use std::ops::Range;
+
+/// The device of every `HaloDataTransformer.get` without `backend=` (None: from the
+/// numpy-like module).
+static DEFAULT_BACKEND: parking_lot::Mutex<Option<Device>> = parking_lot::Mutex::new(None);
+
+/// The default device of `HaloDataTransformer.get`.
+pub(crate) fn default_backend() -> Option<Device> {
+    DEFAULT_BACKEND.lock().clone()
+}
+
+/// Sets the default device of `HaloDataTransformer.get`, returning the previous one.
+pub(crate) fn set_default_backend(device: Option<Device>) -> Option<Device> {
+    std::mem::replace(&mut *DEFAULT_BACKEND.lock(), device)
+}
+
+/// A `backend` argument: a `gpubuf.Backend`, a backend's name (opened here), or None.
+///
+/// # Errors
+/// `InvalidArgumentError` for another object or an unknown name; `BackendUnavailableError`.
+pub(crate) fn backend_arg(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Device>> {
+    let Some(obj) = obj.filter(|o| !o.is_none()) else {
+        return Ok(None);
+    };
+    if let Ok(b) = obj.cast::<PyBackend>() {
+        return Ok(Some(b.get().device.clone()));
+    }
+    let name: String =
+        obj.extract().map_err(|_| invalid("backend is a gpubuf.Backend, a backend's name, or None"))?;
+    obj.py().detach(move || name.parse::<Device>()).py().map(Some)
+}
+
+/// The name of `obj`'s type, for messages.
+fn type_name(obj: &Bound<'_, PyAny>) -> String {
+    obj.get_type().name().map(|n| n.to_string()).unwrap_or_else(|_| "?".into())
+}
+
+/// `obj.name`, or `InvalidArgumentError` saying what `obj` was expected to be.
+fn attribute<'py>(obj: &Bound<'py, PyAny>, name: &str, what: &str) -> PyResult<Bound<'py, PyAny>> {
+    obj.getattr(name).map_err(|_| invalid(format!("{what}; a {} has no `{name}`", type_name(obj))))
+}
 
 /// pace's dimension name as gpubuf's [`Dim`]; names pace does not treat as horizontal
 /// are vertical (never rotated), as in pace.
@@ -171,6 +218,41 @@ impl PyQuantityHaloSpec {
     }
 }
 
+/// gpubuf's `QuantityHaloSpec`, or one made from the attributes of an object with
+/// pace-util's (`n_points`, `strides`, `itemsize`, `shape`, `origin`, `extent`, `dims`,
+/// `numpy_module`, `dtype`: pace's dataclass), checked as the constructor checks them.
+///
+/// # Errors
+/// `InvalidArgumentError` for an object without those attributes; as the constructor.
+pub(crate) fn quantity_spec<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyQuantityHaloSpec>> {
+    if let Ok(s) = obj.cast::<PyQuantityHaloSpec>() {
+        return Ok(s.clone());
+    }
+    let py = obj.py();
+    let what = "a specification is a QuantityHaloSpec (gpubuf's, or pace-util's: n_points, strides, \
+                itemsize, shape, origin, extent, dims, numpy_module, dtype)";
+    let attr = |name: &str| attribute(obj, name, what);
+    let int = |name: &str| -> PyResult<i128> {
+        attr(name)?.extract().map_err(|_| invalid(format!("a QuantityHaloSpec's {name} is an int")))
+    };
+    let dims: Vec<String> =
+        attr("dims")?.extract().map_err(|_| invalid("a QuantityHaloSpec's dims are a sequence of str"))?;
+    let numpy_module = obj.getattr("numpy_module").ok().filter(|m| !m.is_none()).map(Bound::unbind);
+    let spec = PyQuantityHaloSpec::new(
+        py,
+        int("n_points")?,
+        &attr("strides")?,
+        int("itemsize")?,
+        &attr("shape")?,
+        &attr("origin")?,
+        &attr("extent")?,
+        dims,
+        numpy_module,
+        Some(&attr("dtype")?),
+    )?;
+    Bound::new(py, spec)
+}
+
 /// One slice per dimension as index ranges (Python's slicing rules over the spec's
 /// shape; the step must be 1 or None).
 fn ranges(slices: &Bound<'_, PyAny>, shape: &[usize], what: &str) -> PyResult<Vec<Range<usize>>> {
@@ -212,15 +294,19 @@ pub struct PyHaloExchangeSpec {
 
 #[pymethods]
 impl PyHaloExchangeSpec {
+    /// ``specification`` is gpubuf's ``QuantityHaloSpec`` or pace-util's (read by its
+    /// attributes).
+    ///
     /// Raises ``InvalidArgumentError`` for slices that are not one contiguous slice per
     /// dimension, or a rotation that is not an int.
     #[new]
     fn new(
-        specification: Bound<'_, PyQuantityHaloSpec>,
+        specification: &Bound<'_, PyAny>,
         pack_slices: Bound<'_, PyAny>,
         pack_clockwise_rotation: i128,
         unpack_slices: Bound<'_, PyAny>,
     ) -> PyResult<Self> {
+        let specification = quantity_spec(specification)?;
         let q = specification.get().spec.clone();
         let pack = ranges(&pack_slices, &q.shape, "pack_slices")?;
         let unpack = ranges(&unpack_slices, &q.shape, "unpack_slices")?;
@@ -272,28 +358,46 @@ impl PyHaloExchangeSpec {
     }
 }
 
-/// The Rust specs of a list of `HaloExchangeSpec`s.
+/// The Rust spec of one exchange descriptor: gpubuf's `HaloExchangeSpec`, or any object
+/// with pace-util's attributes (`specification`, `pack_slices`, `pack_clockwise_rotation`,
+/// `unpack_slices`), checked as gpubuf's constructor checks them.
+fn exchange_spec(obj: &Bound<'_, PyAny>) -> PyResult<HaloExchangeSpec> {
+    if let Ok(s) = obj.cast::<PyHaloExchangeSpec>() {
+        return Ok(s.get().spec.clone());
+    }
+    let what = "exchange descriptors are HaloExchangeSpec objects (gpubuf's, or pace-util's: \
+                specification, pack_slices, pack_clockwise_rotation, unpack_slices)";
+    let specification = attribute(obj, "specification", what)?;
+    let pack = attribute(obj, "pack_slices", what)?;
+    let rotation: i128 = attribute(obj, "pack_clockwise_rotation", what)?
+        .extract()
+        .map_err(|_| invalid("pack_clockwise_rotation is an int"))?;
+    let unpack = attribute(obj, "unpack_slices", what)?;
+    Ok(PyHaloExchangeSpec::new(&specification, pack, rotation, unpack)?.spec)
+}
+
+/// The Rust specs of a list of exchange descriptors (gpubuf's or pace-util's).
 pub(crate) fn specs_of(list: &Bound<'_, PyAny>) -> PyResult<Vec<HaloExchangeSpec>> {
     let items: Vec<Bound<'_, PyAny>> =
         list.extract().map_err(|_| invalid("exchange descriptors are a sequence of HaloExchangeSpec"))?;
-    items
-        .iter()
-        .map(|i| {
-            i.cast::<PyHaloExchangeSpec>()
-                .map(|s| s.get().spec.clone())
-                .map_err(|_| invalid("exchange descriptors are HaloExchangeSpec objects"))
-        })
-        .collect()
+    items.iter().map(exchange_spec).collect()
 }
 
-/// The device `get` builds on: `backend`, or a new CPU device for numpy.
-pub(crate) fn device_for(np_module: &Bound<'_, PyAny>, backend: Option<&PyBackend>) -> PyResult<Device> {
-    if let Some(b) = backend {
-        return Ok(b.device.clone());
+/// The device `get` builds on: `backend`; else the default ([`set_default_backend`]);
+/// else, as pace-util chooses its transformer from the numpy-like module, a new CPU device
+/// for numpy (or None) and the CUDA device for CuPy.
+pub(crate) fn device_for(np_module: &Bound<'_, PyAny>, backend: Option<Device>) -> PyResult<Device> {
+    if let Some(d) = backend.or_else(default_backend) {
+        return Ok(d);
     }
-    let np = np_module.py().import("numpy")?;
+    let py = np_module.py();
+    let np = py.import("numpy")?;
     if np_module.is_none() || np_module.is(&np) {
         return Ok(Device::cpu());
+    }
+    let name = np_module.getattr("__name__").ok().and_then(|n| n.extract::<String>().ok());
+    if name.as_deref() == Some("cupy") {
+        return py.detach(Device::cuda).py();
     }
     Err(PyNotImplementedError::new_err(format!(
         "numpy module {} has no transformer without backend=: pass backend=gpubuf.Backend(...)",
@@ -329,6 +433,24 @@ pub(crate) fn source<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Source<'py>> {
         return Ok(Source::Numpy(a.cast_into::<PyUntypedArray>()?));
     }
     Err(invalid("a quantity is a numpy array, an object with a .data array, or a gpubuf.NDBuffer"))
+}
+
+/// [`source`], and on a CUDA `device` also an object with `__cuda_array_interface__`, or
+/// whose `.data` has one (a pace `Quantity` of CuPy), used in place.
+///
+/// # Errors
+/// As [`source`]; what adopting the CUDA array raises.
+pub(crate) fn source_on<'py>(obj: &Bound<'py, PyAny>, device: &Device) -> PyResult<Source<'py>> {
+    if device.kind() == gpubuf::BackendKind::Cuda && !obj.is_instance_of::<PyNDBuffer>() {
+        let data = obj.getattr("data").ok();
+        for o in std::iter::once(obj).chain(data.as_ref()) {
+            if o.hasattr("__cuda_array_interface__")? {
+                let backend = PyBackend::new(device.clone());
+                return Ok(Source::Gpubuf(crate::cuda::import(obj.py(), o, Some(&backend))?));
+            }
+        }
+    }
+    source(obj)
 }
 
 /// A numpy quantity as an array on `device`: adopted, or uploaded. The second value is

@@ -13,7 +13,7 @@
 
 use crate::dtype::AnyArray;
 use crate::errors::invalid;
-use crate::halo::{check_disjoint, numpy_quantity, source, Source};
+use crate::halo::{check_disjoint, numpy_quantity, source_on, Source};
 use crate::numpy_mem::{data_ptr, writeable};
 use gpubuf::halo::AdoptionCache;
 use gpubuf::{DType, Device};
@@ -106,7 +106,7 @@ pub(crate) fn quantities<'py>(
                 out.push(i);
                 continue;
             }
-            let arr = match source(&item)? {
+            let arr = match source_on(&item, device)? {
                 Source::Gpubuf(a) => {
                     objects.push((item, arrays.len()));
                     out.push(arrays.len());

@@ -1,13 +1,15 @@
 //! `gpubuf.HaloDataTransformer`: pace-util's transformer (`get`, `async_pack`,
 //! `async_unpack`, `synchronize`, `get_pack_buffer`, `get_unpack_buffer`, `ready`,
 //! `finalize`) over gpubuf's, one launch per pack and per unpack. The spec classes and
-//! the conversion of quantities are in `halo.rs`.
+//! the conversion of quantities are in `halo.rs`, the buffers handed out
+//! (`gpubuf.HaloBuffer`, pace's `Buffer` surface) in `halo_buffer.rs`.
 
 use crate::backend::PyBackend;
 use crate::dtype::{AnyArray, Wrap};
 use crate::errors::{invalid, IntoPy};
-use crate::halo::{buffer_array, device_for, specs_of};
+use crate::halo::{backend_arg, buffer_array, default_backend, device_for, set_default_backend, specs_of};
 use crate::halo_args::{quantities, AdoptCache, Quantities};
+use crate::halo_buffer::PyHaloBuffer;
 use crate::ndbuffer::PyNDBuffer;
 use gpubuf::{DType, Device, HaloDataTransformer, NDBuffer};
 use numpy::{PyUntypedArray, PyUntypedArrayMethods};
@@ -89,7 +91,15 @@ pub struct PyHaloDataTransformer {
     in_flight: Mutex<Vec<AnyArray>>,
     /// The numpy arrays the last call adopted (`halo_args.rs`).
     cache: Mutex<AdoptCache>,
+    /// The pack and unpack buffers handed out, made at the first `get_*_buffer` (the same
+    /// objects every time, until `finalize`).
+    buffers: Mutex<[Option<Py<PyHaloBuffer>>; 2]>,
 }
+
+/// Index of the pack buffer in `buffers`.
+const PACK: usize = 0;
+/// Index of the unpack buffer in `buffers`.
+const UNPACK: usize = 1;
 
 impl PyHaloDataTransformer {
     /// The quantities of a call, reusing the last call's adoptions (`halo_args.rs`).
@@ -109,6 +119,44 @@ impl PyHaloDataTransformer {
             self.inner.try_lock().ok_or_else(|| invalid("the transformer is in use on another thread"))?;
         let t = &mut *t;
         py.detach(move || f(t))
+    }
+
+    /// The buffer `which` handed out so far, if any.
+    fn handed_out(&self, py: Python<'_>, which: usize) -> Option<Py<PyHaloBuffer>> {
+        self.buffers.lock()[which].as_ref().map(|b| b.clone_ref(py))
+    }
+
+    /// Before the device reads buffer `which`: its host mirror uploaded (`halo_buffer.rs`).
+    fn flush(&self, py: Python<'_>, which: usize) -> PyResult<()> {
+        match self.handed_out(py, which) {
+            Some(b) => b.get().flush(py),
+            None => Ok(()),
+        }
+    }
+
+    /// After the device wrote buffer `which`: its host mirror is stale.
+    fn written(&self, py: Python<'_>, which: usize) -> PyResult<()> {
+        match self.handed_out(py, which) {
+            Some(b) => b.get().device_written(),
+            None => Ok(()),
+        }
+    }
+
+    /// Buffer `which` (after the queued work completed) as the `HaloBuffer` handed out.
+    fn buffer(&self, py: Python<'_>, which: usize) -> PyResult<Py<PyHaloBuffer>> {
+        let (buf, len) = self.run(py, |t| {
+            tdispatch!(t, t => {
+                let b = if which == PACK { t.pack_buffer() } else { t.unpack_buffer() };
+                b.map(|b| (b.clone(), t.buffer_len())).py()
+            })
+        })?;
+        self.in_flight.lock().clear();
+        if let Some(b) = self.handed_out(py, which) {
+            return Ok(b);
+        }
+        let made = PyHaloBuffer::new(py, buffer_array(buf, self.dtype, len)?)?;
+        self.buffers.lock()[which] = Some(made.clone_ref(py));
+        Ok(made)
     }
 
     fn launch(&self, py: Python<'_>, q: &Quantities, pack: bool) -> PyResult<()> {
@@ -179,11 +227,15 @@ impl PyHaloDataTransformer {
 impl PyHaloDataTransformer {
     /// A transformer for ``exchange_descriptors_x`` (scalars, or the x components of
     /// vectors) and ``exchange_descriptors_y`` (the y components, same length), as pace's
-    /// ``HaloDataTransformer.get``. ``np_module`` numpy (or None) builds on a new CPU
-    /// device; ``backend=`` names the device instead (OpenCL, CUDA).
+    /// ``HaloDataTransformer.get``; the descriptors are gpubuf's ``HaloExchangeSpec``s or
+    /// pace-util's (read by their attributes). The device is ``backend=`` (a
+    /// ``gpubuf.Backend`` or a name), else the default (``set_default_backend``), else as
+    /// pace chooses from ``np_module``: numpy (or None) a new CPU device, CuPy the CUDA
+    /// device.
     ///
-    /// Raises ``InvalidArgumentError`` for empty or unequal lists or mixed dtypes,
-    /// ``NotImplementedError`` for another numpy-like module without ``backend``.
+    /// Raises ``InvalidArgumentError`` for empty or unequal lists, mixed dtypes or objects
+    /// that are no exchange descriptors, ``NotImplementedError`` for another numpy-like
+    /// module without a backend.
     #[staticmethod]
     #[pyo3(signature = (np_module, exchange_descriptors_x, exchange_descriptors_y = None, backend = None))]
     fn get(
@@ -191,9 +243,9 @@ impl PyHaloDataTransformer {
         np_module: &Bound<'_, PyAny>,
         exchange_descriptors_x: &Bound<'_, PyAny>,
         exchange_descriptors_y: Option<&Bound<'_, PyAny>>,
-        backend: Option<&PyBackend>,
+        backend: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
-        let device = device_for(np_module, backend)?;
+        let device = device_for(np_module, backend_arg(backend)?)?;
         let x = specs_of(exchange_descriptors_x)?;
         let y = exchange_descriptors_y.map(specs_of).transpose()?;
         let dtype =
@@ -218,7 +270,24 @@ impl PyHaloDataTransformer {
             dtype,
             in_flight: Mutex::new(Vec::new()),
             cache: Mutex::new(AdoptCache::default()),
+            buffers: Mutex::new([None, None]),
         })
+    }
+
+    /// Makes ``backend`` (a ``gpubuf.Backend``, a backend's name, or None) the device of
+    /// every ``get`` without ``backend=``, for the whole process; returns the previous one.
+    ///
+    /// Raises ``InvalidArgumentError`` for an unknown name, ``BackendUnavailableError``.
+    #[staticmethod]
+    #[pyo3(signature = (backend))]
+    fn set_default_backend(backend: Option<&Bound<'_, PyAny>>) -> PyResult<Option<PyBackend>> {
+        Ok(set_default_backend(backend_arg(backend)?).map(PyBackend::new))
+    }
+
+    /// The default device of ``get``, or None (chosen from ``np_module``).
+    #[staticmethod]
+    fn default_backend() -> Option<PyBackend> {
+        default_backend().map(PyBackend::new)
     }
 
     /// Queues the packing of every spec's pack slices, rotated, into the pack buffer: one
@@ -235,11 +304,13 @@ impl PyHaloDataTransformer {
         quantities_y: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
         let q = self.quantities(quantities_x, quantities_y)?;
-        self.launch(py, &q, true)
+        self.launch(py, &q, true)?;
+        self.written(py, PACK)
     }
 
-    /// Queues the unpacking of the unpack buffer into every spec's unpack slices. Arrays
-    /// that had to be uploaded (not adopted) are written back before this returns.
+    /// Queues the unpacking of the unpack buffer into every spec's unpack slices (on
+    /// OpenCL, what was written into the unpack buffer's ``array`` is uploaded first).
+    /// Arrays that had to be uploaded (not adopted) are written back before this returns.
     ///
     /// Raises as ``async_pack``, and ``InvalidPlanError`` when two specs unpack into the
     /// same elements of one array.
@@ -251,6 +322,7 @@ impl PyHaloDataTransformer {
         quantities_y: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
         let q = self.quantities(quantities_x, quantities_y)?;
+        self.flush(py, UNPACK)?;
         self.launch(py, &q, false)?;
         if q.uploaded.is_empty() {
             return Ok(());
@@ -271,27 +343,40 @@ impl PyHaloDataTransformer {
         Ok(())
     }
 
-    /// The pack buffer (what to send) as a 1-d ``NDBuffer``, after the queued work
-    /// completed; on the CPU ``numpy.asarray`` of it is a view.
+    /// The pack buffer (what to send), a ``gpubuf.HaloBuffer`` (pace's ``Buffer``:
+    /// ``.array`` to hand to MPI), after the queued work completed; the same object every
+    /// time.
     ///
     /// Raises ``InvalidArgumentError`` after ``finalize()``.
-    fn get_pack_buffer(&self, py: Python<'_>) -> PyResult<PyNDBuffer> {
-        let (buf, len) =
-            self.run(py, |t| tdispatch!(t, t => t.pack_buffer().map(|b| (b.clone(), t.buffer_len())).py()))?;
-        self.in_flight.lock().clear();
-        Ok(PyNDBuffer { array: buffer_array(buf, self.dtype, len)? })
+    fn get_pack_buffer(&self, py: Python<'_>) -> PyResult<Py<PyHaloBuffer>> {
+        self.buffer(py, PACK)
     }
 
-    /// The unpack buffer (where received data goes) as a 1-d ``NDBuffer``, after the
-    /// queued work completed; on the CPU write into ``numpy.asarray`` of it, elsewhere use
-    /// ``receive``.
+    /// The unpack buffer (where received data goes), a ``gpubuf.HaloBuffer``, after the
+    /// queued work completed: write into its ``.array`` (MPI's ``Irecv``), ``assign_from``
+    /// or ``receive``.
     ///
     /// Raises ``InvalidArgumentError`` after ``finalize()``.
-    fn get_unpack_buffer(&self, py: Python<'_>) -> PyResult<PyNDBuffer> {
-        let (buf, len) = self
-            .run(py, |t| tdispatch!(t, t => t.unpack_buffer().map(|b| (b.clone(), t.buffer_len())).py()))?;
-        self.in_flight.lock().clear();
-        Ok(PyNDBuffer { array: buffer_array(buf, self.dtype, len)? })
+    fn get_unpack_buffer(&self, py: Python<'_>) -> PyResult<Py<PyHaloBuffer>> {
+        self.buffer(py, UNPACK)
+    }
+
+    /// pace's attribute: the pack buffer, or None after ``finalize()``.
+    #[getter(_pack_buffer)]
+    fn pack_buffer_attr(&self, py: Python<'_>) -> PyResult<Option<Py<PyHaloBuffer>>> {
+        if !self.ready()? {
+            return Ok(None);
+        }
+        self.buffer(py, PACK).map(Some)
+    }
+
+    /// pace's attribute: the unpack buffer, or None after ``finalize()``.
+    #[getter(_unpack_buffer)]
+    fn unpack_buffer_attr(&self, py: Python<'_>) -> PyResult<Option<Py<PyHaloBuffer>>> {
+        if !self.ready()? {
+            return Ok(None);
+        }
+        self.buffer(py, UNPACK).map(Some)
     }
 
     /// Copies received data (a numpy array of the transformer's dtype and
@@ -306,7 +391,8 @@ impl PyHaloDataTransformer {
             return Err(crate::errors::to_py(gpubuf::Error::DTypeMismatch { expected: self.dtype, got }));
         }
         let bytes: Vec<u8> = arr.call_method0("tobytes")?.extract()?;
-        self.run(py, move |t| tdispatch!(t, t => t.receive_host(&bytes).py()))
+        self.run(py, move |t| tdispatch!(t, t => t.receive_host(&bytes).py()))?;
+        self.written(py, UNPACK)
     }
 
     /// Copies the pack buffer into the unpack buffer on the device (a rank that is its
@@ -314,7 +400,9 @@ impl PyHaloDataTransformer {
     ///
     /// Raises ``InvalidArgumentError`` when a spec unpacks another shape than it packs.
     fn loopback(&self, py: Python<'_>) -> PyResult<()> {
-        self.run(py, |t| tdispatch!(t, t => t.loopback().py()))
+        self.flush(py, PACK)?;
+        self.run(py, |t| tdispatch!(t, t => t.loopback().py()))?;
+        self.written(py, UNPACK)
     }
 
     /// Whether the buffers are there (until ``finalize()``).
@@ -329,6 +417,7 @@ impl PyHaloDataTransformer {
         self.run(py, |t| tdispatch!(t, t => t.finalize().py()))?;
         self.in_flight.lock().clear();
         self.cache.lock().clear();
+        *self.buffers.lock() = [None, None];
         Ok(())
     }
 

@@ -22,8 +22,8 @@
 //! [`dlpack_cuda`] and [`dlpack`] (DLPack without copies), [`region`] (basic indexing and
 //! region writes), [`reshape`] (reshapes and dtype views), [`halo_args`] (a halo call's
 //! quantities). Classes: [`backend`] (`Backend`, `backends()`), [`allocators`],
-//! [`pooled_buffer`] and [`pool`] (`MemoryPool`), [`ndbuffer`] (`NDBuffer`), [`halo`] and
-//! [`halo_run`] (pace-util's halo API), [`bufferizer`] (dolphin's `Bufferizer`, with
+//! [`pooled_buffer`] and [`pool`] (`MemoryPool`), [`ndbuffer`] (`NDBuffer`), [`halo`],
+//! [`halo_buffer`] and [`halo_run`] (pace-util's halo API), [`bufferizer`] (dolphin's `Bufferizer`, with
 //! [`bufferizer_append`], its appends), [`mirror`] (glumpy's `GPUData` as `Mirror`),
 //! [`mod@bench`] (the benchmark's Rust-side loops). Later components add a file and a line
 //! to the module function (`gpubuf_module`) below.
@@ -52,6 +52,7 @@ pub mod ffi_guard;
 pub mod gil;
 pub mod halo;
 pub mod halo_args;
+pub mod halo_buffer;
 pub mod halo_fields;
 pub mod halo_run;
 pub mod interop;
@@ -88,6 +89,7 @@ fn gpubuf_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<halo::PyQuantityHaloSpec>()?;
     m.add_class::<halo::PyHaloExchangeSpec>()?;
     m.add_class::<halo_run::PyHaloDataTransformer>()?;
+    m.add_class::<halo_buffer::PyHaloBuffer>()?;
     m.add_class::<halo_fields::PyHaloFields>()?;
     m.add_function(wrap_pyfunction!(cuda::_cuda_array_interface, m)?)?;
     m.add_function(wrap_pyfunction!(cuda::_parse_cuda_array_interface, m)?)?;

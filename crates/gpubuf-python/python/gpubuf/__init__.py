@@ -1,5 +1,6 @@
 """gpubuf: a GPU-memory toolkit (device-memory pool, n-d buffers with numpy, DLPack and
-CUDA array interface interop, pace-util's halo transformer, dolphin's bufferizer,
+CUDA array interface interop, pace-util's halo transformer (also as ``gpubuf.halo``, and
+under pace-util itself with ``gpubuf.pace.install()``), dolphin's bufferizer,
 glumpy's GPUData as ``Mirror``) on CPU, OpenCL and CUDA.
 
 The classes and functions live in the native module ``gpubuf._gpubuf`` and are
@@ -20,6 +21,7 @@ from ._gpubuf import (
     DriverError,
     DTypeMismatchError,
     GpubufError,
+    HaloBuffer,
     HaloDataTransformer,
     HaloExchangeSpec,
     HaloFields,
@@ -52,6 +54,7 @@ __all__ = [
     "DriverError",
     "DTypeMismatchError",
     "GpubufError",
+    "HaloBuffer",
     "HaloDataTransformer",
     "HaloExchangeSpec",
     "HaloFields",
