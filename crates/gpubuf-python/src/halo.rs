@@ -13,8 +13,8 @@
 //!
 //! pace's own spec objects are taken as they are: anything with the attributes of pace's
 //! `HaloExchangeSpec` and `QuantityHaloSpec` dataclasses is read through them
-//! ([`quantity_spec`], [`specs_of`]). The device of a transformer is `backend=`, else the
-//! process-wide default ([`set_default_backend`]), else what the numpy-like module names.
+//! (`quantity_spec`, `specs_of`). The device of a transformer is `backend=`, else the
+//! process-wide default (`set_default_backend`), else what the numpy-like module names.
 
 use crate::adopt::adopt;
 use crate::backend::PyBackend;
