@@ -22,6 +22,9 @@
 //!   `<target>/python-wheels`, checks it with auditwheel and prints its path last.
 //! * `python`: only the Python step of `test-all` (`GPUBUF_REQUIRE` from the environment):
 //!   the wheel, installed in a fresh venv without Rust on its `PATH`, and its pytest suite.
+//! * `pace [--baseline]`: pace-util 0.9.0's own halo and partitioner tests (its pinned
+//!   sdist's `tests/`) with gpubuf swapped in, on the CPU and OpenCL and under `mpirun`;
+//!   `--baseline` runs them without gpubuf (docs/python.md, "pace-util's own tests on gpubuf").
 
 mod artifacts;
 mod bundle;
@@ -30,6 +33,7 @@ mod deps;
 mod doccover;
 mod miri;
 mod mpi;
+mod pace;
 mod python;
 #[cfg(test)]
 mod rings;
@@ -54,6 +58,7 @@ fn main() -> ExitCode {
         "gpu-bundle" => bundle::build(),
         "doc-coverage" => doccover::check(),
         "python" => python::command(),
+        "pace" => pace::command(std::env::args().nth(2).as_deref() == Some("--baseline")),
         "wheel" => wheel::command(),
         "cuda-kernels" if std::env::args().nth(2).as_deref() == Some("--check") => {
             let mut tally = summary::Tally::default();
@@ -66,7 +71,7 @@ fn main() -> ExitCode {
         "cuda-kernels" => cudagen::generate(),
         _ => {
             eprintln!(
-                "usage: cargo xtask <test-all | install-deps | gpu-bundle | cuda-kernels [--check] | doc-coverage | wheel | python>"
+                "usage: cargo xtask <test-all | install-deps | gpu-bundle | cuda-kernels [--check] | doc-coverage | wheel | python | pace [--baseline]>"
             );
             false
         }

@@ -104,7 +104,7 @@ pub fn path_without_rust(path: &OsStr) -> OsString {
 }
 
 /// `cmd` as in the activated venv `venv`, with no Rust toolchain on its `PATH`.
-fn without_rust<'a>(cmd: &'a mut Command, venv: &Path) -> &'a mut Command {
+pub fn without_rust<'a>(cmd: &'a mut Command, venv: &Path) -> &'a mut Command {
     let path = path_without_rust(&std::env::var_os("PATH").unwrap_or_default());
     let path = std::env::join_paths(std::iter::once(venv.join("bin")).chain(std::env::split_paths(&path)))
         .unwrap_or(path);
@@ -119,7 +119,7 @@ fn without_rust<'a>(cmd: &'a mut Command, venv: &Path) -> &'a mut Command {
 /// only), then [`ORACLE_PINS`], [`BASELINE_PINS`], [`ZARR_PINS`] and [`FUZZ_PINS`]
 /// (`--no-deps`); checks that the venv finds no `cargo` or `rustc` and imports `gpubuf`
 /// from its own site-packages. Returns its python.
-fn fresh_venv(dir: &Path, wheel: &Path) -> Result<PathBuf, String> {
+pub fn fresh_venv(dir: &Path, wheel: &Path) -> Result<PathBuf, String> {
     let _ = std::fs::remove_dir_all(dir);
     let host = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
     // Found on this PATH: the folder of a Python installed next to cargo is left out below.

@@ -1,0 +1,476 @@
+//! `cargo xtask pace`: pace-util 0.9.0's own tests with gpubuf swapped in, with no change
+//! to their code.
+//!
+//! pace-util's source distribution (pinned: version and sha256 of the file) is fetched once
+//! with pip into `<target>/pace-util-0.9.0/` and downloaded again only when missing or when
+//! its hash differs; its `tests/` folder is unpacked afresh on every run, so the tests that
+//! run are always the published ones. The `gpubuf` wheel goes into a fresh venv
+//! (`<target>/pace-venv`, made as `cargo xtask python` makes its own) with pace-util's
+//! test-only dependency [`TEST_PINS`]. Then pytest runs the halo-transformer, halo-update
+//! and partitioner tests ([`FILES`]) with `-p gpubuf.pace_plugin`, which swaps gpubuf in
+//! under pace-util for the whole session on the backend named by `GPUBUF_PACE_BACKEND`:
+//! once on `cpu`, once on `opencl` when the wheel can open it; and pace-util's MPI halo
+//! tests ([`MPI_FILES`]) under `mpirun -n` each of [`MPI_SIZES`] on each backend. The
+//! tests listed in [`EXPECTED`] (each with its reason) are deselected and printed; every
+//! other failure counts. `cargo xtask pace --baseline` runs the same selection without
+//! gpubuf (a plugin that only lets pace-util 0.9.0 import under numpy 2), for comparison.
+
+use crate::python::{fresh_venv, parse_summary, without_rust, PyCounts};
+use crate::sh::{capture, run_ok, run_tee};
+use crate::wheel::{self, root, target_dir};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+/// The pace-util release whose tests run.
+pub const VERSION: &str = "0.9.0";
+
+/// Its source distribution's file name, as pip downloads it.
+pub const SDIST: &str = "pace-util-0.9.0.tar.gz";
+
+/// The sha256 of [`SDIST`] as published.
+pub const SDIST_SHA256: &str = "ec8a166c990b8940e53ba8a247788f031f9a18433e599713af31fb4e6f4ae653";
+
+/// What pace-util's tests import beyond pace-util's own dependencies (pinned in
+/// [`crate::python::ORACLE_PINS`]) and pytest: mpi4py for the MPI tests, a binary wheel
+/// (about 4 MB) that opens the system's Open MPI (`cargo xtask install-deps`) at run time,
+/// so nothing is compiled. pace-util declares no test dependencies; its tests' other
+/// imports (gt4py, cupy) are optional there and skip their cases when absent. pytest 9's
+/// built-in `subtests` fixture serves the halo-update tests.
+pub const TEST_PINS: [&str; 1] = ["mpi4py==4.1.2"];
+
+/// The single-process test files, relative to the sdist's `tests/`.
+pub const FILES: [&str; 5] = [
+    "test_halo_data_transformer.py",
+    "test_halo_update.py",
+    "test_halo_update_ranks.py",
+    "test_partitioner.py",
+    "test_partitioner_boundaries.py",
+];
+
+/// The MPI test files (each rank runs the same tests; they skip without `mpirun`).
+pub const MPI_FILES: [&str; 1] = ["mpi/test_mpi_halo_update.py"];
+
+/// The `mpirun -n` sizes. pace-util's MPI halo tests lay the ranks out as a cubed sphere,
+/// `size / 6` ranks a tile in a square: 6 (one rank a tile) and 24 (2 x 2 a tile, so edges
+/// between ranks of one tile are exchanged too). Other sizes (4 among them) fail in
+/// pace-util's own fixtures ("a partitioner for 0 ranks").
+pub const MPI_SIZES: [usize; 2] = [6, 24];
+
+/// The tests that cannot pass with gpubuf swapped in, one a line with its reason.
+pub const EXPECTED: &str = "crates/gpubuf-python/tests/pace_expected.txt";
+
+/// The plugin that swaps gpubuf in (part of the wheel).
+pub const PLUGIN: &str = "gpubuf.pace_plugin";
+
+/// The baseline's plugin: pace-util 0.9.0 imports `numpy.lib.index_tricks`, which numpy 2
+/// renamed; this maps the old name to the new module and does nothing else.
+const BASELINE_PLUGIN: &str = "\"\"\"Lets pace-util 0.9.0 import under numpy 2; nothing else.\"\"\"
+import sys
+
+try:
+    import numpy.lib.index_tricks  # noqa: F401
+except ImportError:
+    import numpy.lib._index_tricks_impl as tricks
+
+    sys.modules.setdefault(\"numpy.lib.index_tricks\", tricks)
+";
+
+/// One test that is deselected, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Expected {
+    /// A pytest node id relative to the sdist's `tests/`, or the start of some (pytest's
+    /// `--deselect` takes every test whose id starts with it: a function without `[...]`
+    /// stands for all its parameters).
+    pub id: String,
+    /// Why it cannot pass.
+    pub reason: String,
+}
+
+/// Reads the expected-failures file: `<id> | <reason>` a line; blank lines and lines
+/// starting with `#` are skipped. An id must name one of [`FILES`] or [`MPI_FILES`], then
+/// `::` and a test, without spaces; a reason must be given; an id may appear once.
+///
+/// # Errors
+/// The first bad line, by number.
+pub fn parse_expected(text: &str) -> Result<Vec<Expected>, String> {
+    let mut out: Vec<Expected> = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let bad = |why: &str| format!("{EXPECTED} line {}: {why}: `{line}`", i + 1);
+        let (id, reason) = line.split_once(" | ").ok_or_else(|| bad("not `<id> | <reason>`"))?;
+        let (id, reason) = (id.trim(), reason.trim());
+        let (file, test) = id.split_once("::").ok_or_else(|| bad("the id has no `::`"))?;
+        if !FILES.iter().chain(&MPI_FILES).any(|f| *f == file) {
+            return Err(bad("the id's file is not one of the files that run"));
+        }
+        if test.is_empty() || id.contains(char::is_whitespace) {
+            return Err(bad("the id names no test, or holds a space"));
+        }
+        if reason.is_empty() {
+            return Err(bad("no reason"));
+        }
+        if out.iter().any(|e| e.id == id) {
+            return Err(bad("listed twice"));
+        }
+        out.push(Expected { id: id.to_string(), reason: reason.to_string() });
+    }
+    Ok(out)
+}
+
+/// pytest's arguments that deselect exactly `expected`.
+pub fn deselect_args(expected: &[Expected]) -> Vec<String> {
+    expected.iter().flat_map(|e| ["--deselect".to_string(), e.id.clone()]).collect()
+}
+
+/// The counts of one `mpirun` from each rank's closing line (`None`: a rank that printed
+/// none), in rank order: rank 0's passed and skipped (every rank runs the same tests), the
+/// most failures any rank reported, and one more failure for each rank without a closing
+/// line or missing (`size` ranks expected).
+pub fn combine_ranks(ranks: &[Option<PyCounts>], size: usize) -> PyCounts {
+    let mut c = ranks.first().copied().flatten().unwrap_or_default();
+    c.failed = ranks.iter().flatten().map(|r| r.failed).max().unwrap_or(0);
+    c.failed += ranks.iter().filter(|r| r.is_none()).count() + size.saturating_sub(ranks.len());
+    c
+}
+
+/// Each rank's closing line from an `mpirun --output-filename <dir>` (Open MPI writes
+/// `<dir>/1/rank.<n>/stdout`, `<n>` zero-padded past 9 ranks), in rank order.
+fn rank_summaries(dir: &Path) -> Vec<Option<PyCounts>> {
+    let mut ranks: Vec<(usize, Option<PyCounts>)> = std::fs::read_dir(dir.join("1"))
+        .into_iter()
+        .flatten()
+        .filter_map(Result::ok)
+        .filter_map(|e| {
+            let n = e.file_name().to_str()?.strip_prefix("rank.")?.parse().ok()?;
+            let out = std::fs::read_to_string(e.path().join("stdout")).unwrap_or_default();
+            let lines: Vec<String> = out.lines().map(String::from).collect();
+            Some((n, parse_summary(&lines)))
+        })
+        .collect();
+    ranks.sort_by_key(|r| r.0);
+    ranks.into_iter().map(|r| r.1).collect()
+}
+
+/// The sdist's cache folder, `<target>/pace-util-0.9.0`.
+pub fn cache_dir() -> PathBuf {
+    target_dir().join(format!("pace-util-{VERSION}"))
+}
+
+/// The sha256 of `file` (hex), by `python`'s hashlib.
+fn sha256(python: &Path, file: &Path) -> Option<String> {
+    let code = "import hashlib, sys; print(hashlib.sha256(open(sys.argv[1], 'rb').read()).hexdigest())";
+    capture(Command::new(python).args(["-c", code]).arg(file)).map(|s| s.trim().to_string())
+}
+
+/// The sdist in the cache (downloaded by `venv`'s pip when missing or when its hash is not
+/// [`SDIST_SHA256`]; pip reads its metadata in a build environment of its own, so that
+/// takes setuptools from PyPI too), its `tests/` unpacked afresh; returns the `tests/`
+/// folder.
+fn sdist_tests(python: &Path, venv: &Path) -> Result<PathBuf, String> {
+    let dir = cache_dir();
+    std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    let archive = dir.join(SDIST);
+    if archive.is_file() && sha256(python, &archive).as_deref() != Some(SDIST_SHA256) {
+        println!("pace: {} has another hash: downloading it again", archive.display());
+        let _ = std::fs::remove_file(&archive);
+    }
+    if !archive.is_file() {
+        let mut pip = Command::new(python);
+        pip.args(["-m", "pip", "download", "--quiet", "--disable-pip-version-check", "--no-deps"])
+            .args(["--no-binary", ":all:", "-d"])
+            .arg(&dir)
+            .arg(format!("pace-util=={VERSION}"));
+        if !run_ok(without_rust(&mut pip, venv)) {
+            return Err(format!("pip download pace-util=={VERSION} failed"));
+        }
+    }
+    match sha256(python, &archive) {
+        Some(h) if h == SDIST_SHA256 => {}
+        got => {
+            let _ = std::fs::remove_file(&archive);
+            return Err(format!("{SDIST}: sha256 {got:?}, pinned {SDIST_SHA256}"));
+        }
+    }
+    let unpacked = dir.join(format!("pace-util-{VERSION}"));
+    let _ = std::fs::remove_dir_all(&unpacked);
+    let tests = format!("pace-util-{VERSION}/tests");
+    if !run_ok(Command::new("tar").arg("-xzf").arg(&archive).arg("-C").arg(&dir).arg(&tests)) {
+        return Err(format!("unpacking {tests} from {} failed", archive.display()));
+    }
+    Ok(unpacked.join("tests"))
+}
+
+/// How gpubuf is (or is not) swapped in for a run.
+#[derive(Debug, Clone, Copy)]
+enum Swap<'a> {
+    /// `-p gpubuf.pace_plugin` with `GPUBUF_PACE_BACKEND` set to this backend.
+    Gpubuf(&'a str),
+    /// pace-util alone (the baseline plugin, from this folder).
+    Baseline(&'a Path),
+}
+
+impl Swap<'_> {
+    fn label(&self) -> &str {
+        match self {
+            Swap::Gpubuf(b) => b,
+            Swap::Baseline(_) => "baseline",
+        }
+    }
+}
+
+/// Where a run happens: the venv, its python, the sdist's tests and the deselections.
+struct Setup {
+    venv: PathBuf,
+    python: PathBuf,
+    tests: PathBuf,
+    deselect: Vec<String>,
+}
+
+impl Setup {
+    /// `cmd` (the venv's python, or `mpirun ... python`) completed to run pytest over
+    /// `files` with `swap`, in the venv, from the tests folder.
+    fn pytest(&self, mut cmd: Command, files: &[&str], swap: Swap<'_>) -> Command {
+        without_rust(&mut cmd, &self.venv);
+        cmd.args(["-m", "pytest", "-q", "--color=no", "-rfE", "--tb=short", "-p", "no:cacheprovider"])
+            .arg("--rootdir")
+            .arg(&self.tests)
+            .current_dir(&self.tests);
+        match swap {
+            Swap::Gpubuf(backend) => {
+                cmd.args(["-p", PLUGIN]).env("GPUBUF_PACE_BACKEND", backend);
+            }
+            Swap::Baseline(dir) => {
+                cmd.args(["-p", "pace_numpy2"]).env("PYTHONPATH", dir).env_remove("GPUBUF_PACE_BACKEND");
+            }
+        }
+        cmd.args(&self.deselect).args(files.iter().map(|f| self.tests.join(f)));
+        cmd
+    }
+
+    /// The single-process files with `swap`.
+    fn single(&self, swap: Swap<'_>) -> PyCounts {
+        let mut cmd = self.pytest(Command::new(&self.python), &FILES, swap);
+        let (lines, ok) = run_tee(&mut cmd);
+        let mut c = parse_summary(&lines).unwrap_or(PyCounts { failed: 1, ..PyCounts::default() });
+        if !ok && c.failed == 0 {
+            c.failed = 1;
+        }
+        c
+    }
+
+    /// The MPI files with `swap` under `mpirun -n size`.
+    fn mpi(&self, swap: Swap<'_>, size: usize) -> PyCounts {
+        let out = cache_dir().join("mpi-out").join(format!("{}-n{size}", swap.label()));
+        let _ = std::fs::remove_dir_all(&out);
+        let mut mpirun = Command::new("mpirun");
+        if crate::deps::is_root() {
+            mpirun.arg("--allow-run-as-root");
+        }
+        mpirun.arg("--oversubscribe").arg("--output-filename").arg(&out).args(["-n", &size.to_string()]);
+        mpirun.arg(&self.python);
+        let mut cmd = self.pytest(mpirun, &MPI_FILES, swap);
+        let (_, ok) = run_tee(&mut cmd);
+        let mut c = combine_ranks(&rank_summaries(&out), size);
+        if !ok && c.failed == 0 {
+            c.failed = 1;
+        }
+        c
+    }
+}
+
+/// The totals of a run, and one line for each part.
+#[derive(Debug, Default)]
+pub struct Report {
+    /// Every part added up.
+    pub total: PyCounts,
+    /// `pace <part>: N passed, M failed, K skipped`, or why a part did not run.
+    pub lines: Vec<String>,
+}
+
+impl Report {
+    fn add(&mut self, part: &str, c: PyCounts) {
+        self.total.passed += c.passed;
+        self.total.failed += c.failed;
+        self.total.skipped += c.skipped;
+        self.lines
+            .push(format!("pace {part}: {} passed, {} failed, {} skipped", c.passed, c.failed, c.skipped));
+    }
+}
+
+/// Runs pace-util's tests in a fresh venv with the `gpubuf` wheel ([`wheel::build`]), on
+/// `cpu` and on `opencl` when the wheel can open it (a failure when `require`, a
+/// comma-separated list as `GPUBUF_REQUIRE`, names it and it cannot), or with `baseline`
+/// without gpubuf. Returns the counts and a line a part.
+///
+/// # Errors
+/// A description of the step that failed before any test could run.
+pub fn run(require: &str, baseline: bool) -> Result<Report, String> {
+    let text = std::fs::read_to_string(root().join(EXPECTED)).map_err(|e| format!("{EXPECTED}: {e}"))?;
+    let expected = parse_expected(&text)?;
+    let wheel = wheel::build()?;
+    let venv = target_dir().join("pace-venv");
+    let python = fresh_venv(&venv, &wheel)?;
+    let mut pip = Command::new(&python);
+    pip.args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-deps"])
+        .args(["--only-binary", ":all:"])
+        .args(TEST_PINS);
+    if !run_ok(without_rust(&mut pip, &venv)) {
+        return Err(format!("pip install {} failed", TEST_PINS.join(" ")));
+    }
+    let tests = sdist_tests(&python, &venv)?;
+    println!("pace: pace-util {VERSION}'s tests from {}", tests.display());
+    println!("pace: {} deselected ({EXPECTED}):", expected.len());
+    for e in &expected {
+        println!("pace:   {} ({})", e.id, e.reason);
+    }
+    let setup = Setup { venv, python, tests, deselect: deselect_args(&expected) };
+    let mut report = Report::default();
+    let plugin_dir = cache_dir().join("baseline-plugin");
+    let swaps: Vec<Swap<'_>> = if baseline {
+        std::fs::create_dir_all(&plugin_dir)
+            .and_then(|()| std::fs::write(plugin_dir.join("pace_numpy2.py"), BASELINE_PLUGIN))
+            .map_err(|e| format!("cannot write the baseline plugin: {e}"))?;
+        vec![Swap::Baseline(&plugin_dir)]
+    } else {
+        let code = "import gpubuf; print(','.join(gpubuf.available_backends()))";
+        let mut probe = Command::new(&setup.python);
+        probe.args(["-c", code]);
+        let available = capture(without_rust(&mut probe, &setup.venv)).unwrap_or_default();
+        let opencl = available.trim().split(',').any(|b| b == "opencl");
+        let mut swaps = vec![Swap::Gpubuf("cpu")];
+        if opencl {
+            swaps.push(Swap::Gpubuf("opencl"));
+        } else if require.split(',').any(|b| b.trim() == "opencl") {
+            report.total.failed += 1;
+            report.lines.push("pace opencl: FAILED (required, but the wheel cannot open it)".into());
+        } else {
+            report.lines.push("pace opencl: skipped (the wheel cannot open it here)".into());
+        }
+        swaps
+    };
+    for &swap in &swaps {
+        let c = setup.single(swap);
+        report.add(swap.label(), c);
+        for size in MPI_SIZES {
+            let c = setup.mpi(swap, size);
+            report.add(&format!("{} mpirun -n {size}", swap.label()), c);
+        }
+    }
+    Ok(report)
+}
+
+/// `cargo xtask pace [--baseline]`: the run above (`GPUBUF_REQUIRE` from the environment),
+/// within a limit of 60 minutes (`GPUBUF_STEP_LIMIT` replaces it); true when nothing failed.
+pub fn command(baseline: bool) -> bool {
+    let require = std::env::var("GPUBUF_REQUIRE").unwrap_or_default();
+    let limit = crate::sh::limit(Duration::from_secs(60 * 60));
+    let (result, stopped) = crate::sh::step("pace", limit, || run(&require, baseline));
+    match result {
+        Ok(r) => {
+            println!();
+            for l in &r.lines {
+                println!("{l}");
+            }
+            let mut failed = r.total.failed;
+            if let Some(s) = stopped {
+                println!("{s}");
+                failed += 1;
+            }
+            println!("pace: {} passed, {failed} failed, {} skipped", r.total.passed, r.total.skipped);
+            failed == 0
+        }
+        Err(e) => {
+            eprintln!("pace: FAILED ({e})");
+            false
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_expected_failures_file_is_read_and_deselected() {
+        let text = "# why\n\n test_halo_update.py::test_a[x-1] | asserts pace's cache \n\
+                    mpi/test_mpi_halo_update.py::test_b | needs gt4py\n";
+        let e = parse_expected(text).unwrap();
+        assert_eq!(
+            e,
+            [
+                Expected {
+                    id: "test_halo_update.py::test_a[x-1]".into(),
+                    reason: "asserts pace's cache".into()
+                },
+                Expected { id: "mpi/test_mpi_halo_update.py::test_b".into(), reason: "needs gt4py".into() },
+            ]
+        );
+        assert_eq!(
+            deselect_args(&e),
+            [
+                "--deselect",
+                "test_halo_update.py::test_a[x-1]",
+                "--deselect",
+                "mpi/test_mpi_halo_update.py::test_b"
+            ]
+        );
+        for (bad, why) in [
+            ("test_halo_update.py::test_a", "not `<id> | <reason>`"),
+            ("test_halo_update.py::test_a |  ", "not `<id> | <reason>`"),
+            ("test_halo_update.py::test_a | ", "not `<id> | <reason>`"),
+            ("test_halo_update.py | r", "has no `::`"),
+            ("test_buffer.py::test_a | r", "not one of the files"),
+            ("test_halo_update.py:: | r", "names no test"),
+            ("test_halo_update.py::test a | r", "names no test"),
+            ("test_halo_update.py::a | r\ntest_halo_update.py::a | s", "listed twice"),
+        ] {
+            let err = parse_expected(bad).unwrap_err();
+            assert!(err.contains(why), "{bad:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn the_project_s_expected_failures_file_is_valid() {
+        let text = std::fs::read_to_string(root().join(EXPECTED)).unwrap();
+        let e = parse_expected(&text).unwrap();
+        assert!(e.iter().all(|e| e.reason.len() > 10), "{e:?}");
+    }
+
+    #[test]
+    fn an_mpi_run_counts_every_rank() {
+        let c = |passed, failed| Some(PyCounts { passed, failed, skipped: 3 });
+        assert_eq!(combine_ranks(&[c(5, 0), c(5, 0)], 2), PyCounts { passed: 5, failed: 0, skipped: 3 });
+        // A failure on any rank counts, the most of any rank.
+        assert_eq!(
+            combine_ranks(&[c(5, 0), c(3, 2), c(4, 1)], 3),
+            PyCounts { passed: 5, failed: 2, skipped: 3 }
+        );
+        // A rank without a closing line, and a rank missing altogether, each count.
+        assert_eq!(combine_ranks(&[c(5, 0), None], 3), PyCounts { passed: 5, failed: 2, skipped: 3 });
+        assert_eq!(combine_ranks(&[], 6), PyCounts { failed: 6, ..PyCounts::default() });
+    }
+
+    #[test]
+    fn rank_outputs_are_read_in_rank_order() {
+        let dir = std::env::temp_dir().join(format!("xtask-pace-ranks-{}", std::process::id()));
+        for (rank, last) in [("rank.10", "1 failed, 2 passed in 0.1s"), ("rank.02", "9 passed in 0.1s")] {
+            std::fs::create_dir_all(dir.join("1").join(rank)).unwrap();
+            std::fs::write(dir.join("1").join(rank).join("stdout"), format!("....\n{last}\n")).unwrap();
+        }
+        std::fs::create_dir_all(dir.join("1").join("rank.3")).unwrap();
+        let got = rank_summaries(&dir);
+        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!(
+            got,
+            [
+                Some(PyCounts { passed: 9, ..PyCounts::default() }),
+                None,
+                Some(PyCounts { passed: 2, failed: 1, skipped: 0 })
+            ]
+        );
+    }
+}
