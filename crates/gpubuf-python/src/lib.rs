@@ -23,7 +23,7 @@
 //! region writes), [`reshape`] (reshapes and dtype views), [`halo_args`] (a halo call's
 //! quantities). Classes: [`backend`] (`Backend`, `backends()`), [`allocators`],
 //! [`pooled_buffer`] and [`pool`] (`MemoryPool`), [`ndbuffer`] (`NDBuffer`), [`halo`],
-//! [`halo_buffer`] and [`halo_run`] (pace-util's halo API), [`bufferizer`] (dolphin's `Bufferizer`, with
+//! [`halo_buffer`], [`halo_device`] and [`halo_run`] (pace-util's halo API), [`bufferizer`] (dolphin's `Bufferizer`, with
 //! [`bufferizer_append`], its appends), [`mirror`] (glumpy's `GPUData` as `Mirror`),
 //! [`mod@bench`] (the benchmark's Rust-side loops). Later components add a file and a line
 //! to the module function (`gpubuf_module`) below.
@@ -53,6 +53,7 @@ pub mod gil;
 pub mod halo;
 pub mod halo_args;
 pub mod halo_buffer;
+pub mod halo_device;
 pub mod halo_fields;
 pub mod halo_run;
 pub mod interop;
