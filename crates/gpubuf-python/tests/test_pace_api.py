@@ -307,3 +307,20 @@ def test_pytest_plugin_installs_for_the_session(tmp_path):
     assert run.returncode == 0, run.stdout + run.stderr
     assert "1 passed" in run.stdout
     assert not gpubuf.pace.is_installed()
+
+
+def test_without_pace_util_install_raises_import_error(monkeypatch):
+    """``import gpubuf.pace`` needs no pace-util; ``install()`` says it is missing."""
+    import importlib
+    import sys
+
+    for name in ("pace", "pace.util", "pace.util.buffer", "pace.util.halo_data_transformer"):
+        monkeypatch.setitem(sys.modules, name, None)  # as if not installed
+    monkeypatch.setattr(gpubuf, "pace", gpubuf.pace)  # the package's attributes come back too
+    monkeypatch.setattr(gpubuf, "pace_plugin", gpubuf.pace_plugin)
+    monkeypatch.delitem(sys.modules, "gpubuf.pace")
+    monkeypatch.delitem(sys.modules, "gpubuf.pace_plugin")
+    fresh = importlib.import_module("gpubuf.pace")
+    with pytest.raises(ImportError, match="needs pace-util"):
+        fresh.install("cpu")
+    assert not fresh.is_installed()
