@@ -76,6 +76,24 @@ except ImportError:
     sys.modules.setdefault(\"numpy.lib.index_tricks\", tricks)
 ";
 
+/// The check beside [`PLUGIN`]: once the session has started (after the plugin's own
+/// start), pace-util's `HaloDataTransformer.get` must come from a gpubuf module, or the
+/// session stops (no summary: a failure), so a plugin that swaps nothing cannot pass
+/// pace-util's own numbers off as gpubuf's.
+const SWAPPED_PLUGIN: &str = "\"\"\"Stops the session unless pace-util's transformers are gpubuf's.\"\"\"
+import pytest
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionstart(session):
+    from pace.util.halo_data_transformer import HaloDataTransformer
+
+    get = HaloDataTransformer.get
+    where = f\"{getattr(get, '__module__', None)}.{getattr(get, '__qualname__', get)}\"
+    if not where.startswith(\"gpubuf\"):
+        pytest.exit(f\"gpubuf is not swapped in: HaloDataTransformer.get is {where}\", returncode=3)
+";
+
 /// One test that is deselected, and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Expected {
@@ -207,27 +225,29 @@ fn sdist_tests(python: &Path, venv: &Path) -> Result<PathBuf, String> {
 /// How gpubuf is (or is not) swapped in for a run.
 #[derive(Debug, Clone, Copy)]
 enum Swap<'a> {
-    /// `-p gpubuf.pace_plugin` with `GPUBUF_PACE_BACKEND` set to this backend.
+    /// `-p gpubuf.pace_plugin` with `GPUBUF_PACE_BACKEND` set to this backend, checked.
     Gpubuf(&'a str),
-    /// pace-util alone (the baseline plugin, from this folder).
-    Baseline(&'a Path),
+    /// pace-util alone (the baseline plugin).
+    Baseline,
 }
 
 impl Swap<'_> {
     fn label(&self) -> &str {
         match self {
             Swap::Gpubuf(b) => b,
-            Swap::Baseline(_) => "baseline",
+            Swap::Baseline => "baseline",
         }
     }
 }
 
-/// Where a run happens: the venv, its python, the sdist's tests and the deselections.
+/// Where a run happens: the venv, its python, the sdist's tests, the deselections and the
+/// folder of xtask's own plugins.
 struct Setup {
     venv: PathBuf,
     python: PathBuf,
     tests: PathBuf,
     deselect: Vec<String>,
+    plugins: PathBuf,
 }
 
 impl Setup {
@@ -238,13 +258,14 @@ impl Setup {
         cmd.args(["-m", "pytest", "-q", "--color=no", "-rfE", "--tb=short", "-p", "no:cacheprovider"])
             .arg("--rootdir")
             .arg(&self.tests)
-            .current_dir(&self.tests);
+            .current_dir(&self.tests)
+            .env("PYTHONPATH", &self.plugins);
         match swap {
             Swap::Gpubuf(backend) => {
-                cmd.args(["-p", PLUGIN]).env("GPUBUF_PACE_BACKEND", backend);
+                cmd.args(["-p", PLUGIN, "-p", "pace_swapped"]).env("GPUBUF_PACE_BACKEND", backend);
             }
-            Swap::Baseline(dir) => {
-                cmd.args(["-p", "pace_numpy2"]).env("PYTHONPATH", dir).env_remove("GPUBUF_PACE_BACKEND");
+            Swap::Baseline => {
+                cmd.args(["-p", "pace_numpy2"]).env_remove("GPUBUF_PACE_BACKEND");
             }
         }
         cmd.args(&self.deselect).args(files.iter().map(|f| self.tests.join(f)));
@@ -327,14 +348,15 @@ pub fn run(require: &str, baseline: bool) -> Result<Report, String> {
     for e in &expected {
         println!("pace:   {} ({})", e.id, e.reason);
     }
-    let setup = Setup { venv, python, tests, deselect: deselect_args(&expected) };
+    let plugins = cache_dir().join("plugins");
+    std::fs::create_dir_all(&plugins)
+        .and_then(|()| std::fs::write(plugins.join("pace_numpy2.py"), BASELINE_PLUGIN))
+        .and_then(|()| std::fs::write(plugins.join("pace_swapped.py"), SWAPPED_PLUGIN))
+        .map_err(|e| format!("cannot write xtask's pytest plugins: {e}"))?;
+    let setup = Setup { venv, python, tests, deselect: deselect_args(&expected), plugins };
     let mut report = Report::default();
-    let plugin_dir = cache_dir().join("baseline-plugin");
     let swaps: Vec<Swap<'_>> = if baseline {
-        std::fs::create_dir_all(&plugin_dir)
-            .and_then(|()| std::fs::write(plugin_dir.join("pace_numpy2.py"), BASELINE_PLUGIN))
-            .map_err(|e| format!("cannot write the baseline plugin: {e}"))?;
-        vec![Swap::Baseline(&plugin_dir)]
+        vec![Swap::Baseline]
     } else {
         let code = "import gpubuf; print(','.join(gpubuf.available_backends()))";
         let mut probe = Command::new(&setup.python);
