@@ -13,7 +13,7 @@
 
 use crate::dtype::AnyArray;
 use crate::errors::invalid;
-use crate::halo::{check_disjoint, numpy_quantity, source_on, Source};
+use crate::halo_source::{check_disjoint, numpy_quantity, source_on, Source};
 use crate::numpy_mem::{data_ptr, writeable};
 use gpubuf::halo::AdoptionCache;
 use gpubuf::{DType, Device};

@@ -7,7 +7,8 @@
 use crate::backend::PyBackend;
 use crate::dtype::{parse_dtype, AnyArray, Wrap};
 use crate::errors::{invalid, to_py, IntoPy};
-use crate::halo::{check_disjoint, dim_of, numpy_quantity, source, Source};
+use crate::halo::dim_of;
+use crate::halo_source::{check_disjoint, numpy_quantity, source, Source};
 use crate::ndbuffer::PyNDBuffer;
 use gpubuf::halo::{CubedSpherePartitioner, Partitioner, TilePartitioner};
 use gpubuf::{DType, Device, Dim, Error, HaloField, HaloFields, NDBuffer, QuantityHaloSpec};

@@ -7,10 +7,11 @@
 use crate::backend::PyBackend;
 use crate::dtype::{AnyArray, Wrap};
 use crate::errors::{invalid, IntoPy};
-use crate::halo::{buffer_array, specs_of};
+use crate::halo::specs_of;
 use crate::halo_args::{quantities, AdoptCache, Quantities};
 use crate::halo_buffer::PyHaloBuffer;
 use crate::halo_device::{backend_arg, default_backend, device_for, set_default_backend};
+use crate::halo_source::buffer_array;
 use crate::ndbuffer::PyNDBuffer;
 use gpubuf::{DType, Device, HaloDataTransformer, NDBuffer};
 use numpy::{PyUntypedArray, PyUntypedArrayMethods};

@@ -20,7 +20,7 @@
 //! [`gil`] (the pool's allocator, which releases the GIL only while the device
 //! allocates), [`dlpack_tensor`] (DLPack's structs), [`cuda`] (the CUDA array interface),
 //! [`dlpack_cuda`] and [`dlpack`] (DLPack without copies), [`region`] (basic indexing and
-//! region writes), [`reshape`] (reshapes and dtype views), [`halo_args`] (a halo call's
+//! region writes), [`reshape`] (reshapes and dtype views), [`halo_source`] (what a halo quantity stands for), [`halo_args`] (a halo call's
 //! quantities). Classes: [`backend`] (`Backend`, `backends()`), [`allocators`],
 //! [`pooled_buffer`] and [`pool`] (`MemoryPool`), [`ndbuffer`] (`NDBuffer`), [`halo`],
 //! [`halo_buffer`], [`halo_device`] and [`halo_run`] (pace-util's halo API), [`bufferizer`] (dolphin's `Bufferizer`, with
@@ -56,6 +56,7 @@ pub mod halo_buffer;
 pub mod halo_device;
 pub mod halo_fields;
 pub mod halo_run;
+pub mod halo_source;
 pub mod interop;
 pub mod mirror;
 pub mod ndbuffer;
