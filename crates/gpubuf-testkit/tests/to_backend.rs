@@ -64,6 +64,15 @@ fn opencl_device_to_its_opencl_backend_is_no_copy() -> Result<()> {
     no_copy_on_own_backend(&device, &concrete)
 }
 
+#[cfg(feature = "cuda")]
+#[test]
+fn cuda_device_to_its_cuda_backend_is_no_copy() -> Result<()> {
+    let Some(cu) = gpubuf_testkit::cuda() else { return Ok(()) };
+    let device = Device::from(cu);
+    let concrete = device.as_cuda().expect("a cuda device").clone();
+    no_copy_on_own_backend(&device, &concrete)
+}
+
 /// Another device (or another backend) is a copy: writes to it do not reach the source.
 #[cfg(feature = "opencl")]
 #[test]
