@@ -35,6 +35,7 @@ pub mod interop;
 mod kernels;
 mod memory;
 mod rows;
+pub mod span;
 mod team;
 mod user_kernel;
 mod view;

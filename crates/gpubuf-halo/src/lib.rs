@@ -34,6 +34,7 @@
 pub mod cache;
 mod compile;
 mod fields;
+mod ndsl;
 mod partition;
 mod rotate;
 mod spec;
@@ -42,6 +43,7 @@ mod transformer;
 pub use cache::{AdoptionCache, AdoptionCall};
 pub use compile::{compile, Compiled};
 pub use fields::{neighbor_links, periodic_link, HaloField, HaloFields, LinkTransformers, NeighborLink};
+pub use ndsl::NdslSpec;
 pub use partition::{
     receiving_boundary, rotate_boundary, CubedSpherePartitioner, Neighbor, Partitioner, TilePartitioner,
 };

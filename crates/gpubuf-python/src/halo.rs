@@ -17,7 +17,8 @@
 
 use crate::dtype::parse_dtype;
 use crate::errors::{invalid, IntoPy};
-use gpubuf::{DType, Dim, HaloExchangeSpec};
+use gpubuf::halo::NdslSpec;
+use gpubuf::{DType, HaloExchangeSpec};
 use pyo3::prelude::*;
 use pyo3::types::{PySlice, PyTuple};
 use std::ops::Range;
@@ -30,19 +31,6 @@ fn type_name(obj: &Bound<'_, PyAny>) -> String {
 /// `obj.name`, or `InvalidArgumentError` saying what `obj` was expected to be.
 fn attribute<'py>(obj: &Bound<'py, PyAny>, name: &str, what: &str) -> PyResult<Bound<'py, PyAny>> {
     obj.getattr(name).map_err(|_| invalid(format!("{what}; a {} has no `{name}`", type_name(obj))))
-}
-
-/// pace's dimension name as gpubuf's [`Dim`]; names pace does not treat as horizontal
-/// are vertical (never rotated), as in pace.
-pub(crate) fn dim_of(name: &str) -> Dim {
-    match name {
-        "x" => Dim::X,
-        "x_interface" => Dim::XInterface,
-        "y" => Dim::Y,
-        "y_interface" => Dim::YInterface,
-        "z_interface" => Dim::ZInterface,
-        _ => Dim::Z,
-    }
 }
 
 /// Memory layout of one quantity and its halo, pace-util's ``QuantityHaloSpec``:
@@ -91,35 +79,24 @@ impl PyQuantityHaloSpec {
         dtype: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let dtype = dtype.map_or(Ok(DType::F64), parse_dtype)?;
-        if usize::try_from(itemsize).ok() != Some(dtype.size()) {
-            return Err(invalid(format!("itemsize {itemsize} is not the size of {}", dtype.name())));
-        }
-        let n_halo =
+        let itemsize =
+            usize::try_from(itemsize).map_err(|_| invalid(format!("itemsize {itemsize} is negative")))?;
+        let n_points =
             usize::try_from(n_points).map_err(|_| invalid(format!("n_points {n_points} is negative")))?;
         let byte_strides: Vec<isize> =
             strides.extract().map_err(|_| invalid("strides is a sequence of ints (bytes)"))?;
-        // Element sizes are 1 to 8: the cast is exact.
-        let item = dtype.size() as isize;
-        let elems = byte_strides
-            .iter()
-            .map(|&s| {
-                if s > 0 && s % item == 0 {
-                    Ok(s / item)
-                } else {
-                    Err(invalid(format!("stride {s} is not a positive multiple of itemsize {item}")))
-                }
-            })
-            .collect::<PyResult<Vec<_>>>()?;
-        let spec = gpubuf::QuantityHaloSpec {
-            n_halo,
-            shape: usizes(shape, "shape")?,
-            strides: elems,
-            dtype,
-            origin: usizes(origin, "origin")?,
-            extent: usizes(extent, "extent")?,
-            dims: dims.iter().map(|d| dim_of(d)).collect(),
+        let (shape, origin, extent) =
+            (usizes(shape, "shape")?, usizes(origin, "origin")?, usizes(extent, "extent")?);
+        let fields = NdslSpec {
+            n_points,
+            strides: &byte_strides,
+            itemsize,
+            shape: &shape,
+            origin: &origin,
+            extent: &extent,
+            dims: &dims,
         };
-        spec.layout().py()?;
+        let spec = gpubuf::QuantityHaloSpec::from_ndsl(&fields, dtype).py()?;
         let numpy_module = match numpy_module {
             Some(m) => m,
             None => py.import("numpy")?.into_any().unbind(),

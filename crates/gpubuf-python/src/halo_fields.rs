@@ -7,7 +7,6 @@
 use crate::backend::PyBackend;
 use crate::dtype::{parse_dtype, AnyArray, Wrap};
 use crate::errors::{invalid, to_py, IntoPy};
-use crate::halo::dim_of;
 use crate::halo_source::{check_disjoint, numpy_quantity, source, Source};
 use crate::ndbuffer::PyNDBuffer;
 use gpubuf::halo::{CubedSpherePartitioner, Partitioner, TilePartitioner};
@@ -122,7 +121,7 @@ fn spec_of(
             dtype,
             origin: obj.getattr("origin")?.extract()?,
             extent: obj.getattr("extent")?.extract()?,
-            dims: names.iter().map(|d| dim_of(d)).collect(),
+            dims: names.iter().map(|d| Dim::from_name(d)).collect(),
         };
         spec.layout().py()?;
         return Ok(spec);
@@ -145,7 +144,7 @@ fn spec_of(
     if names.len() != shape.len() {
         return Err(invalid(format!("{} dims for an array of {} axes", names.len(), shape.len())));
     }
-    let dims: Vec<Dim> = names.iter().map(|d| dim_of(d)).collect();
+    let dims: Vec<Dim> = names.iter().map(|d| Dim::from_name(d)).collect();
     let mut extent = Vec::with_capacity(shape.len());
     for (&s, d) in shape.iter().zip(&dims) {
         let halo = if d.is_horizontal() { n.checked_mul(2) } else { Some(0) };
