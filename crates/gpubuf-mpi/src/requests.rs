@@ -29,6 +29,10 @@ pub(crate) struct Requests {
     /// Which requests are started and not completed.
     recv_active: Vec<bool>,
     send_active: Vec<bool>,
+    /// Where each send goes (communicator, rank, tag), for its refusals.
+    send_to: Vec<(MPI_Comm, c_int, c_int)>,
+    /// Empty messages in place of sends ([`Requests::refuse`]), completed with the sends.
+    refusals: Vec<MPI_Request>,
     /// Whether `Drop` cancels active receives instead of waiting for their messages.
     cancel_on_drop: bool,
 }
@@ -57,6 +61,8 @@ impl Requests {
             send: Vec::new(),
             recv_active: Vec::new(),
             send_active: Vec::new(),
+            send_to: sends.iter().map(|m| (m.comm, m.rank, m.tag)).collect(),
+            refusals: Vec::new(),
             cancel_on_drop,
         };
         for (messages, send) in [(recvs, false), (sends, true)] {
@@ -140,34 +146,55 @@ impl Requests {
         Ok(())
     }
 
-    /// Waits for one active receive to complete; the link it belongs to, or `None` when no
-    /// receive is active.
-    pub(crate) fn wait_any_receive(&mut self) -> Result<Option<usize>> {
+    /// Waits for one active receive to complete: the link it belongs to and the bytes that
+    /// arrived (fewer than the message's length when the neighbour refused the update: see
+    /// [`Requests::refuse`]), or `None` when no receive is active.
+    pub(crate) fn wait_any_receive(&mut self) -> Result<Option<(usize, usize)>> {
         if !self.recv_active.iter().any(|&a| a) {
             return Ok(None);
         }
         let mut index: c_int = ffi::MPI_UNDEFINED;
+        // SAFETY: an all-zero status is a valid value of the plain C struct; MPI fills it.
+        let mut status: ffi::MPI_Status = unsafe { std::mem::zeroed() };
         // SAFETY: `recv` holds this value's persistent requests (inactive ones are ignored);
-        // MPI writes `index` only. At most 8 links: the count fits.
+        // MPI writes `index` and `status` only. At most 8 links: the count fits.
         let code = unsafe {
-            ffi::MPI_Waitany(
-                self.recv.len() as c_int,
-                self.recv.as_mut_ptr(),
-                &mut index,
-                ffi::RSMPI_STATUS_IGNORE,
-            )
+            ffi::MPI_Waitany(self.recv.len() as c_int, self.recv.as_mut_ptr(), &mut index, &mut status)
         };
         check(code, "MPI_Waitany")?;
         match usize::try_from(index).ok().filter(|&k| k < self.recv.len()) {
             Some(k) => {
                 self.recv_active[k] = false;
-                Ok(Some(k))
+                let mut count: c_int = 0;
+                // SAFETY: the status of the receive just completed; MPI writes `count`.
+                let code = unsafe { ffi::MPI_Get_count(&status, ffi::RSMPI_UINT8_T, &mut count) };
+                check(code, "MPI_Get_count")?;
+                Ok(Some((k, usize::try_from(count).unwrap_or(0))))
             }
             None => {
                 self.recv_active.iter_mut().for_each(|a| *a = false);
                 Ok(None)
             }
         }
+    }
+
+    /// Sends link `k`'s neighbour an empty message in place of this update's (on the same
+    /// communicator and tag, so its receive completes with no byte): this rank refuses the
+    /// update. Completed with the sends ([`Requests::wait_sends`]).
+    pub(crate) fn refuse(&mut self, k: usize) -> Result<()> {
+        let Some(&(comm, rank, tag)) = self.send_to.get(k) else {
+            return Err(Error::invalid(format!("no link {k}")));
+        };
+        // SAFETY: reads an immutable handle constant of the MPI library.
+        let mut req = unsafe { ffi::RSMPI_REQUEST_NULL };
+        let none = std::ptr::NonNull::<u8>::dangling().as_ptr().cast::<c_void>();
+        // SAFETY: a message of no byte (MPI reads nothing at `none`) on a communicator that
+        // outlives the requests (the promise of `new`); MPI writes the request slot.
+        let code =
+            unsafe { ffi::MPI_Isend(none.cast_const(), 0, ffi::RSMPI_UINT8_T, rank, tag, comm, &mut req) };
+        check(code, "MPI_Isend")?;
+        self.refusals.push(req);
+        Ok(())
     }
 
     /// Waits for every active send.
@@ -178,6 +205,19 @@ impl Requests {
         };
         check(code, "MPI_Waitall")?;
         self.send_active.iter_mut().for_each(|a| *a = false);
+        if !self.refusals.is_empty() {
+            // SAFETY: requests of `refuse`, each active until this wait completes it; they
+            // are at most one a link, so the count fits.
+            let code = unsafe {
+                ffi::MPI_Waitall(
+                    self.refusals.len() as c_int,
+                    self.refusals.as_mut_ptr(),
+                    ffi::RSMPI_STATUSES_IGNORE,
+                )
+            };
+            self.refusals.clear();
+            check(code, "MPI_Waitall")?;
+        }
         Ok(())
     }
 

@@ -4,6 +4,7 @@ mod agree;
 mod flight;
 mod info;
 mod link;
+mod refuse;
 mod window;
 
 use crate::comm::Comm;

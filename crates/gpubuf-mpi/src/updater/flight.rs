@@ -3,6 +3,7 @@
 //! completes it; [`HaloUpdater::update`] does both.
 
 use super::link::{Flight, Held};
+use super::refuse::refused;
 use super::{window, HaloUpdater, Lists};
 use crate::phases::{lap, Phases};
 use gpubuf_buffer::NDBuffer;
@@ -61,9 +62,11 @@ impl<B: Kernels, T: Element> HaloUpdate<'_, '_, '_, B, T> {
     /// caller's again.
     ///
     /// # Errors
-    /// An unpack or copy error (a driver error, a neighbour's node-shared memory that is
-    /// gone): that neighbour's halo is not updated, or partly; the other messages
-    /// complete, and the updater is ready for the next `start`. MPI errors.
+    /// [`Error::InvalidArgument`] naming a neighbour that refused the update (its quantities
+    /// were refused on its side, see [`HaloUpdater::start`]): the halos from it are not
+    /// updated. An unpack or copy error (a driver error, a neighbour's node-shared memory
+    /// that is gone): that neighbour's halo is not updated, or partly. Either way the other
+    /// messages complete, and the updater is ready for the next `start`. MPI errors.
     pub fn wait(mut self) -> Result<()> {
         self.complete()
     }
@@ -151,11 +154,15 @@ impl<'c, B: Kernels, T: Element> HaloUpdater<'c, B, T> {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for the wrong number of quantities, and the transformer's
-    /// errors for quantities of the wrong shape, strides or device: nothing is started,
-    /// the updater is ready for another `start`, and the neighbours' messages wait for it.
+    /// errors for quantities of the wrong shape, strides or device. This rank then refuses
+    /// the update, so that no neighbour waits for it: nothing of its quantities is read or
+    /// written, each neighbour gets an empty message in place of this rank's (its
+    /// [`HaloUpdate::wait`] returns an error naming this rank, its other halos updated),
+    /// and the neighbours' messages to this rank are received and dropped. The updater is
+    /// ready for the next `start`, which pairs with the neighbours' next update.
     /// An MPI error starting the receives, or a pack or transfer error (a driver error)
-    /// after they started: the messages started so far are completed before it returns
-    /// (the neighbours whose message was never sent are left waiting for it).
+    /// after they started: the neighbours whose message was not sent get an empty one (as
+    /// above), and the messages started are completed before it returns.
     pub fn start<'a, 'q>(
         &'a mut self,
         x: &'a mut [&'q mut NDBuffer<B, T>],
@@ -165,12 +172,19 @@ impl<'c, B: Kernels, T: Element> HaloUpdater<'c, B, T> {
             drop(self.finish());
         }
         let _span = tracing::debug_span!("halo.start", neighbors = self.links.len()).entered();
-        {
+        let checked = {
             let xs: Vec<&NDBuffer<B, T>> = x.iter().map(|q| &**q).collect();
             let ys: Option<Vec<&NDBuffer<B, T>>> = y.as_ref().map(|y| y.iter().map(|q| &**q).collect());
-            self.checked_lists(&xs, ys.as_deref())?;
-        }
-        let held = self.hold(x, y.as_deref_mut())?;
+            self.checked_lists(&xs, ys.as_deref()).map(drop)
+        };
+        let held = match checked.and_then(|()| self.hold(x, y.as_deref_mut())) {
+            Ok(held) => held,
+            Err(e) => {
+                // The neighbours are in this update too: none must wait for this rank.
+                let refused = self.refuse_update();
+                return Err(refused.err().unwrap_or(e));
+            }
+        };
         let exclusive = held.lent;
         self.current = Phases::default();
         // In flight from the first receive on: a receive started before a failing one stays
@@ -261,9 +275,19 @@ impl<'c, B: Kernels, T: Element> HaloUpdater<'c, B, T> {
         let xs: Vec<&NDBuffer<B, T>> = held.x.iter().collect();
         let ys: Option<Vec<&NDBuffer<B, T>>> = held.y.as_ref().map(|y| y.iter().collect());
         for k in 0..self.links.len() {
-            let (lx, ly) = self.lists(&self.links[k], &xs, ys.as_deref())?;
-            if self.pack_and_send(k, &lx, ly.as_deref(), exclusive)? {
-                direct.push(k);
+            let sent = self
+                .lists(&self.links[k], &xs, ys.as_deref())
+                .and_then(|(lx, ly)| self.pack_and_send(k, &lx, ly.as_deref(), exclusive));
+            match sent {
+                Ok(true) => direct.push(k),
+                Ok(false) => {}
+                Err(e) => {
+                    // The neighbours whose message was not sent get an empty one instead.
+                    for j in k..self.links.len() {
+                        let _ = self.refuse_link(j);
+                    }
+                    return Err(e);
+                }
             }
         }
         Ok(())
@@ -324,7 +348,15 @@ impl<'c, B: Kernels, T: Element> HaloUpdater<'c, B, T> {
             let next = self.requests.wait_any_receive();
             t = lap(&mut self.current.wait, t);
             let k = match next {
-                Ok(Some(k)) => k,
+                Ok(Some((k, got))) if got < self.expected_bytes(k) => {
+                    // The neighbour refused the update: nothing to unpack; a shared-memory
+                    // link's credit still goes back.
+                    let link = &self.links[k];
+                    let credit = if link.slot.is_some() { self.credits.start_send(k) } else { Ok(()) };
+                    broken.get_or_insert(credit.err().unwrap_or_else(|| refused(link.rank)));
+                    continue;
+                }
+                Ok(Some((k, _))) => k,
                 Ok(None) => break,
                 Err(e) => {
                     broken.get_or_insert(e);
@@ -346,6 +378,12 @@ impl<'c, B: Kernels, T: Element> HaloUpdater<'c, B, T> {
         }
         lap(&mut self.current.complete, t);
         self.phases.add_update(&self.current);
+    }
+
+    /// The bytes of link `k`'s incoming message: its note on a link through the window,
+    /// else the halo message.
+    fn expected_bytes(&self, k: usize) -> usize {
+        self.links.get(k).map_or(0, |l| if l.slot.is_some() { l.note_in.len() } else { l.bytes })
     }
 
     /// Unpacks link `k`'s message into `lists` (none: the message is dropped), returning

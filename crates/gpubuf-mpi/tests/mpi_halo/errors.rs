@@ -70,13 +70,15 @@ pub fn errors_case<B: Kernels>(b: &B, comm: &SimpleCommunicator, layout: (usize,
     }
     up.update(&mut [&mut u], None)?;
     tile.verify(&u, 0.0)?;
-    // Rank 0 errs while its neighbours' messages to it are already posted.
-    if tile.me == 0 {
-        let r = up.start(&mut [&mut u, &mut v], None).map(drop);
-        expect_invalid("start with two quantities on rank 0", r)?;
-    }
-    up.update(&mut [&mut v], None)?;
+    // Rank 0 refuses an update while the others go ahead: nobody waits, its neighbours'
+    // `wait` names rank 0, the other ranks' update succeeds, and the next one works.
+    refusal(&mut up, tile.me, &mut u, &mut v)?;
     tile.verify(&v, 0.5)?;
+    let mut on_node = HaloUpdater::<B, f64>::on_node(b, comm, &tile.part, spec, None, "errors on node")?;
+    let mut v1 = tile.array(b, 0.75)?;
+    refusal(&mut on_node, tile.me, &mut u, &mut v1)?;
+    tile.verify(&v1, 0.75)?;
+    drop(on_node);
     // Dropped before `wait`: the update completes.
     let (mut u2, mut v2) = (tile.array(b, 0.125)?, tile.array(b, 0.375)?);
     drop(up.start(&mut [&mut u2], None)?);
@@ -96,4 +98,33 @@ pub fn errors_case<B: Kernels>(b: &B, comm: &SimpleCommunicator, layout: (usize,
     let mut w = tile.array(b, 0.25)?;
     HaloUpdater::<B, f64>::new(b, comm, &tile.part, spec, None, "errors")?.update(&mut [&mut w], None)?;
     tile.verify(&w, 0.25)
+}
+
+/// Rank `me` 0 starts an update with two quantities (refused), the others update `v`;
+/// then every rank updates `v`.
+fn refusal<B: Kernels>(
+    up: &mut HaloUpdater<'_, B, f64>,
+    me: usize,
+    u: &mut NDBuffer<B, f64>,
+    v: &mut NDBuffer<B, f64>,
+) -> Result<()> {
+    if me == 0 {
+        let r = up.start(&mut [&mut *u, &mut *v], None).map(drop);
+        expect_invalid("start with two quantities on rank 0", r)?;
+    } else {
+        let r = up.update(&mut [&mut *v], None);
+        match (up.neighbors().contains(&0), r) {
+            (true, Err(Error::InvalidArgument(m))) if m.contains("rank 0 refused") => {}
+            (false, Ok(())) => {}
+            (n, other) => {
+                return Err(Error::invalid(format!(
+                    "rank {me} (a neighbour of rank 0: {n}) after rank 0 refused its update: {other:?}"
+                )))
+            }
+        }
+    }
+    if up.in_flight() {
+        return Err(Error::invalid("a refused update is still in flight"));
+    }
+    up.update(&mut [&mut *v], None)
 }
