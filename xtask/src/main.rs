@@ -6,8 +6,8 @@
 //!   one line per backend (`backend <name>: ran N tests | skipped (<reason>)`), then the
 //!   hostile-input suites in release, Miri over the CPU crates, the MPI tests and demo, the
 //!   Python package (its wheel, then its pytest suite in a fresh venv under the target
-//!   folder with the wheel installed and no Rust toolchain on its `PATH`), and the
-//!   examples. The closing `N passed, M failed` line counts every failed test and step.
+//!   folder with the wheel installed and no Rust toolchain on its `PATH`), pace-util's own
+//!   tests with gpubuf swapped in (`pace --test-all` below), and the examples. The closing `N passed, M failed` line counts every failed test and step.
 //!   Under `CI=true` a skipped CPU or OpenCL backend fails the run. A test binary that
 //!   crashes counts as failed with every test it never reported; each part runs under a
 //!   time limit of its own (`GPUBUF_STEP_LIMIT=<seconds>` replaces them all), after which
@@ -24,7 +24,8 @@
 //!   the wheel, installed in a fresh venv without Rust on its `PATH`, and its pytest suite.
 //! * `pace [--baseline]`: pace-util 0.9.0's own halo and partitioner tests (its pinned
 //!   sdist's `tests/`) with gpubuf swapped in, on the CPU and OpenCL and under `mpirun`;
-//!   `--baseline` runs them without gpubuf (docs/python.md, "pace-util's own tests on gpubuf").
+//!   `--baseline` runs them without gpubuf, `--test-all` only what `test-all` runs of them
+//!   (docs/python.md, "pace-util's own tests on gpubuf").
 
 mod artifacts;
 mod bundle;
@@ -58,7 +59,15 @@ fn main() -> ExitCode {
         "gpu-bundle" => bundle::build(),
         "doc-coverage" => doccover::check(),
         "python" => python::command(),
-        "pace" => pace::command(std::env::args().nth(2).as_deref() == Some("--baseline")),
+        "pace" => match std::env::args().nth(2).as_deref() {
+            None => pace::command(false, pace::Scope::All),
+            Some("--baseline") => pace::command(true, pace::Scope::All),
+            Some("--test-all") => pace::command(false, pace::Scope::TestAll),
+            Some(other) => {
+                eprintln!("usage: cargo xtask pace [--baseline | --test-all], not `{other}`");
+                false
+            }
+        },
         "wheel" => wheel::command(),
         "cuda-kernels" if std::env::args().nth(2).as_deref() == Some("--check") => {
             let mut tally = summary::Tally::default();
@@ -71,7 +80,7 @@ fn main() -> ExitCode {
         "cuda-kernels" => cudagen::generate(),
         _ => {
             eprintln!(
-                "usage: cargo xtask <test-all | install-deps | gpu-bundle | cuda-kernels [--check] | doc-coverage | wheel | python | pace [--baseline]>"
+                "usage: cargo xtask <test-all | install-deps | gpu-bundle | cuda-kernels [--check] | doc-coverage | wheel | python | pace [--baseline | --test-all]>"
             );
             false
         }

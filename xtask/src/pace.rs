@@ -20,7 +20,10 @@ use crate::sh::{capture, run_ok, run_tee};
 use crate::wheel::{self, root, target_dir};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+mod expected;
+use expected::{deselect_args, parse_expected};
 
 /// The pace-util release whose tests run.
 pub const VERSION: &str = "0.9.0";
@@ -56,6 +59,32 @@ pub const MPI_FILES: [&str; 1] = ["mpi/test_mpi_halo_update.py"];
 /// between ranks of one tile are exchanged too). Other sizes (4 among them) fail in
 /// pace-util's own fixtures ("a partitioner for 0 ranks").
 pub const MPI_SIZES: [usize; 2] = [6, 24];
+
+/// Which parts run: everything, or the subset `cargo xtask test-all` runs within its time
+/// budget.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    /// `cargo xtask pace`: [`FILES`] on each backend, and [`MPI_FILES`] under each of
+    /// [`MPI_SIZES`] on each backend.
+    All,
+    /// `cargo xtask test-all`: [`FILES`] on each backend, [`MPI_FILES`] under `mpirun -n 6`
+    /// on each backend and under `-n 24` on the CPU only. `-n 24` on OpenCL is the one part
+    /// left out: the slowest (24 processes each with its own OpenCL context, about 3.5 of
+    /// the 10 minutes all parts take on 2 cores), and what it adds over `-n 6` (exchanges
+    /// between ranks of one tile) is the same on both backends, while OpenCL's own path
+    /// (device buffers, the host mirror pace's `Irecv` writes into) runs under `-n 6`.
+    TestAll,
+}
+
+impl Scope {
+    /// The `mpirun -n` sizes that run on `backend` (a gpubuf backend, or `baseline`).
+    pub fn mpi_sizes(self, backend: &str) -> &'static [usize] {
+        match self {
+            Scope::TestAll if backend != "cpu" => &MPI_SIZES[..1],
+            _ => &MPI_SIZES,
+        }
+    }
+}
 
 /// The tests that cannot pass with gpubuf swapped in, one a line with its reason.
 pub const EXPECTED: &str = "crates/gpubuf-python/tests/pace_expected.txt";
@@ -94,56 +123,6 @@ def pytest_sessionstart(session):
         pytest.exit(f\"gpubuf is not swapped in: HaloDataTransformer.get is {where}\", returncode=3)
 ";
 
-/// One test that is deselected, and why.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Expected {
-    /// A pytest node id relative to the sdist's `tests/`, or the start of some (pytest's
-    /// `--deselect` takes every test whose id starts with it: a function without `[...]`
-    /// stands for all its parameters).
-    pub id: String,
-    /// Why it cannot pass.
-    pub reason: String,
-}
-
-/// Reads the expected-failures file: `<id> | <reason>` a line; blank lines and lines
-/// starting with `#` are skipped. An id must name one of [`FILES`] or [`MPI_FILES`], then
-/// `::` and a test, without spaces; a reason must be given; an id may appear once.
-///
-/// # Errors
-/// The first bad line, by number.
-pub fn parse_expected(text: &str) -> Result<Vec<Expected>, String> {
-    let mut out: Vec<Expected> = Vec::new();
-    for (i, line) in text.lines().enumerate() {
-        let line = line.trim();
-        if line.is_empty() || line.starts_with('#') {
-            continue;
-        }
-        let bad = |why: &str| format!("{EXPECTED} line {}: {why}: `{line}`", i + 1);
-        let (id, reason) = line.split_once(" | ").ok_or_else(|| bad("not `<id> | <reason>`"))?;
-        let (id, reason) = (id.trim(), reason.trim());
-        let (file, test) = id.split_once("::").ok_or_else(|| bad("the id has no `::`"))?;
-        if !FILES.iter().chain(&MPI_FILES).any(|f| *f == file) {
-            return Err(bad("the id's file is not one of the files that run"));
-        }
-        if test.is_empty() || id.contains(char::is_whitespace) {
-            return Err(bad("the id names no test, or holds a space"));
-        }
-        if reason.is_empty() {
-            return Err(bad("no reason"));
-        }
-        if out.iter().any(|e| e.id == id) {
-            return Err(bad("listed twice"));
-        }
-        out.push(Expected { id: id.to_string(), reason: reason.to_string() });
-    }
-    Ok(out)
-}
-
-/// pytest's arguments that deselect exactly `expected`.
-pub fn deselect_args(expected: &[Expected]) -> Vec<String> {
-    expected.iter().flat_map(|e| ["--deselect".to_string(), e.id.clone()]).collect()
-}
-
 /// The counts of one `mpirun` from each rank's closing line (`None`: a rank that printed
 /// none), in rank order: rank 0's passed and skipped (every rank runs the same tests), the
 /// most failures any rank reported, and one more failure for each rank without a closing
@@ -173,9 +152,15 @@ fn rank_summaries(dir: &Path) -> Vec<Option<PyCounts>> {
     ranks.into_iter().map(|r| r.1).collect()
 }
 
+/// The target folder, absolute (the runs below happen in other folders, so a relative
+/// `CARGO_TARGET_DIR` is taken from the folder xtask started in).
+fn target() -> PathBuf {
+    std::path::absolute(target_dir()).unwrap_or_else(|_| target_dir())
+}
+
 /// The sdist's cache folder, `<target>/pace-util-0.9.0`.
 pub fn cache_dir() -> PathBuf {
-    target_dir().join(format!("pace-util-{VERSION}"))
+    target().join(format!("pace-util-{VERSION}"))
 }
 
 /// The sha256 of `file` (hex), by `python`'s hashlib.
@@ -313,27 +298,36 @@ pub struct Report {
 }
 
 impl Report {
-    fn add(&mut self, part: &str, c: PyCounts) {
+    fn add(&mut self, part: &str, c: PyCounts, took: Duration) {
         self.total.passed += c.passed;
         self.total.failed += c.failed;
         self.total.skipped += c.skipped;
-        self.lines
-            .push(format!("pace {part}: {} passed, {} failed, {} skipped", c.passed, c.failed, c.skipped));
+        self.lines.push(format!(
+            "pace {part}: {} passed, {} failed, {} skipped ({}s)",
+            c.passed,
+            c.failed,
+            c.skipped,
+            took.as_secs()
+        ));
     }
 }
 
 /// Runs pace-util's tests in a fresh venv with the `gpubuf` wheel ([`wheel::build`]), on
 /// `cpu` and on `opencl` when the wheel can open it (a failure when `require`, a
 /// comma-separated list as `GPUBUF_REQUIRE`, names it and it cannot), or with `baseline`
-/// without gpubuf. Returns the counts and a line a part.
+/// without gpubuf; the parts `scope` names. Returns the counts and a line a part, each
+/// with its wall time.
 ///
 /// # Errors
 /// A description of the step that failed before any test could run.
-pub fn run(require: &str, baseline: bool) -> Result<Report, String> {
+pub fn run(require: &str, baseline: bool, scope: Scope) -> Result<Report, String> {
     let text = std::fs::read_to_string(root().join(EXPECTED)).map_err(|e| format!("{EXPECTED}: {e}"))?;
     let expected = parse_expected(&text)?;
+    let t = Instant::now();
     let wheel = wheel::build()?;
-    let venv = target_dir().join("pace-venv");
+    println!("pace: wheel in {}s", t.elapsed().as_secs());
+    let t = Instant::now();
+    let venv = target().join("pace-venv");
     let python = fresh_venv(&venv, &wheel)?;
     let mut pip = Command::new(&python);
     pip.args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-deps"])
@@ -343,6 +337,7 @@ pub fn run(require: &str, baseline: bool) -> Result<Report, String> {
         return Err(format!("pip install {} failed", TEST_PINS.join(" ")));
     }
     let tests = sdist_tests(&python, &venv)?;
+    println!("pace: venv and sdist in {}s", t.elapsed().as_secs());
     println!("pace: pace-util {VERSION}'s tests from {}", tests.display());
     println!("pace: {} deselected ({EXPECTED}):", expected.len());
     for e in &expected {
@@ -375,22 +370,25 @@ pub fn run(require: &str, baseline: bool) -> Result<Report, String> {
         swaps
     };
     for &swap in &swaps {
+        let t = Instant::now();
         let c = setup.single(swap);
-        report.add(swap.label(), c);
-        for size in MPI_SIZES {
+        report.add(swap.label(), c, t.elapsed());
+        for &size in scope.mpi_sizes(swap.label()) {
+            let t = Instant::now();
             let c = setup.mpi(swap, size);
-            report.add(&format!("{} mpirun -n {size}", swap.label()), c);
+            report.add(&format!("{} mpirun -n {size}", swap.label()), c, t.elapsed());
         }
     }
     Ok(report)
 }
 
-/// `cargo xtask pace [--baseline]`: the run above (`GPUBUF_REQUIRE` from the environment),
+/// `cargo xtask pace [--baseline | --test-all]`: the run above (`GPUBUF_REQUIRE` from the
+/// environment; `--test-all`: [`Scope::TestAll`], as `cargo xtask test-all` runs it),
 /// within a limit of 60 minutes (`GPUBUF_STEP_LIMIT` replaces it); true when nothing failed.
-pub fn command(baseline: bool) -> bool {
+pub fn command(baseline: bool, scope: Scope) -> bool {
     let require = std::env::var("GPUBUF_REQUIRE").unwrap_or_default();
     let limit = crate::sh::limit(Duration::from_secs(60 * 60));
-    let (result, stopped) = crate::sh::step("pace", limit, || run(&require, baseline));
+    let (result, stopped) = crate::sh::step("pace", limit, || run(&require, baseline, scope));
     match result {
         Ok(r) => {
             println!();
@@ -417,49 +415,27 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_expected_failures_file_is_read_and_deselected() {
-        let text = "# why\n\n test_halo_update.py::test_a[x-1] | asserts pace's cache \n\
-                    mpi/test_mpi_halo_update.py::test_b | needs gt4py\n";
-        let e = parse_expected(text).unwrap();
-        assert_eq!(
-            e,
-            [
-                Expected {
-                    id: "test_halo_update.py::test_a[x-1]".into(),
-                    reason: "asserts pace's cache".into()
-                },
-                Expected { id: "mpi/test_mpi_halo_update.py::test_b".into(), reason: "needs gt4py".into() },
-            ]
-        );
-        assert_eq!(
-            deselect_args(&e),
-            [
-                "--deselect",
-                "test_halo_update.py::test_a[x-1]",
-                "--deselect",
-                "mpi/test_mpi_halo_update.py::test_b"
-            ]
-        );
-        for (bad, why) in [
-            ("test_halo_update.py::test_a", "not `<id> | <reason>`"),
-            ("test_halo_update.py::test_a |  ", "not `<id> | <reason>`"),
-            ("test_halo_update.py::test_a | ", "not `<id> | <reason>`"),
-            ("test_halo_update.py | r", "has no `::`"),
-            ("test_buffer.py::test_a | r", "not one of the files"),
-            ("test_halo_update.py:: | r", "names no test"),
-            ("test_halo_update.py::test a | r", "names no test"),
-            ("test_halo_update.py::a | r\ntest_halo_update.py::a | s", "listed twice"),
-        ] {
-            let err = parse_expected(bad).unwrap_err();
-            assert!(err.contains(why), "{bad:?}: {err}");
+    fn test_all_leaves_out_only_opencl_under_24_ranks() {
+        for b in ["cpu", "opencl", "baseline"] {
+            assert_eq!(Scope::All.mpi_sizes(b), [6, 24]);
         }
+        assert_eq!(Scope::TestAll.mpi_sizes("cpu"), [6, 24]);
+        assert_eq!(Scope::TestAll.mpi_sizes("opencl"), [6]);
     }
 
     #[test]
-    fn the_project_s_expected_failures_file_is_valid() {
-        let text = std::fs::read_to_string(root().join(EXPECTED)).unwrap();
-        let e = parse_expected(&text).unwrap();
-        assert!(e.iter().all(|e| e.reason.len() > 10), "{e:?}");
+    fn a_report_adds_up_its_parts_each_with_its_time() {
+        let mut r = Report::default();
+        r.add("cpu", PyCounts { passed: 5, failed: 1, skipped: 2 }, Duration::from_millis(102_400));
+        r.add("cpu mpirun -n 6", PyCounts { passed: 3, failed: 0, skipped: 4 }, Duration::from_secs(20));
+        assert_eq!(r.total, PyCounts { passed: 8, failed: 1, skipped: 6 });
+        assert_eq!(
+            r.lines,
+            [
+                "pace cpu: 5 passed, 1 failed, 2 skipped (102s)",
+                "pace cpu mpirun -n 6: 3 passed, 0 failed, 4 skipped (20s)"
+            ]
+        );
     }
 
     #[test]

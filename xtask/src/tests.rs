@@ -3,7 +3,7 @@
 use crate::deps;
 use crate::sh::{self, capture, run_ok, run_tee};
 use crate::summary::{count, Tally};
-use crate::{cudagen, doccover, miri, mpi, python};
+use crate::{cudagen, doccover, miri, mpi, pace, python};
 use std::collections::BTreeMap;
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -168,6 +168,22 @@ pub fn test_all() -> bool {
         Err(e) => tally.fail(format!("python: FAILED ({e})")),
     }
     lap.mark("python");
+
+    // pace-util 0.9.0's own tests with gpubuf swapped in, the parts that fit CI's time
+    // budget (`cargo xtask pace` runs them all); the wheel above is reused (cargo no-op).
+    match limited(&mut tally, "pace", 12, |_| pace::run(&require.join(","), false, pace::Scope::TestAll)) {
+        Ok(r) => {
+            tally.passed += r.total.passed;
+            tally.failed += r.total.failed;
+            for l in r.lines {
+                tally.note(l);
+            }
+            let t = r.total;
+            tally.note(format!("pace: {} passed, {} failed, {} skipped", t.passed, t.failed, t.skipped));
+        }
+        Err(e) => tally.fail(format!("pace: FAILED ({e})")),
+    }
+    lap.mark("pace");
 
     // The examples must run as written, on every backend that can run here.
     let mut backends = vec!["cpu"];
