@@ -42,6 +42,7 @@ mod sh;
 mod summary;
 mod tests;
 mod wheel;
+mod wheel_mpi;
 
 use std::process::ExitCode;
 

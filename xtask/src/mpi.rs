@@ -7,7 +7,8 @@ use crate::sh::run_tee;
 use crate::summary::Tally;
 use std::process::Command;
 
-fn mpirun(n: &str) -> Command {
+/// `mpirun --oversubscribe -n <n>` (with `--allow-run-as-root` as root).
+pub fn mpirun(n: &str) -> Command {
     let mut cmd = Command::new("mpirun");
     if crate::deps::is_root() {
         cmd.arg("--allow-run-as-root");

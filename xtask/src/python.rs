@@ -47,6 +47,14 @@ pub const ZARR_PINS: [&str; 5] =
 /// This version needs Python 3.11 or later.
 pub const FUZZ_PINS: [&str; 2] = ["hypothesis==6.170.15", "sortedcontainers==2.4.0"];
 
+/// mpi4py, the communicators `gpubuf.mpi` works over (`tests/mpi`): a binary wheel (about
+/// 4 MB) that opens the system's Open MPI (`cargo xtask install-deps`) at run time.
+pub const MPI_PINS: [&str; 1] = ["mpi4py==4.1.2"];
+
+/// The `mpirun -n` sizes of `tests/mpi`: a 2x2 periodic tile, and a 2x3 tile and a cubed
+/// sphere of one rank a face.
+pub const MPI_SIZES: [usize; 2] = [4, 6];
+
 /// The fuzz tests' time budget in seconds when `GPUBUF_FUZZ_SECONDS` is not set: shared
 /// among their properties (`tests/fuzz/conftest.py`), each stopping when its share is spent,
 /// after its corpus and at least a few random examples.
@@ -142,7 +150,11 @@ pub fn fresh_venv(dir: &Path, wheel: &Path) -> Result<PathBuf, String> {
     };
     // gpubuf's own dependency (numpy) resolved together with the pins.
     pip(&["--only-binary", ":all:"], &PIP_PINS, Some(wheel))?;
-    pip(&["--no-deps"], &[&ORACLE_PINS[..], &BASELINE_PINS, &ZARR_PINS, &FUZZ_PINS].concat(), None)?;
+    pip(
+        &["--no-deps"],
+        &[&ORACLE_PINS[..], &BASELINE_PINS, &ZARR_PINS, &FUZZ_PINS, &MPI_PINS].concat(),
+        None,
+    )?;
     let check = "import shutil, sys, gpubuf; \
         tools = [t for t in ('cargo', 'rustc') if shutil.which(t)]; \
         assert not tools, f'{tools} on PATH'; \
@@ -173,10 +185,13 @@ pub fn run(require: &str) -> Result<PyCounts, String> {
     println!(
         "python: fuzz budget {fuzz} s (GPUBUF_FUZZ_SECONDS), corpus in crates/gpubuf-python/tests/fuzz/corpus"
     );
+    let tests = root().join("crates/gpubuf-python/tests");
     let mut pytest = Command::new(&python);
     pytest
         .args(["-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider"])
-        .arg(root().join("crates/gpubuf-python/tests"))
+        .arg(&tests)
+        .arg("--ignore")
+        .arg(tests.join("mpi"))
         .env("GPUBUF_REQUIRE", require)
         .env("GPUBUF_FUZZ_SECONDS", &fuzz);
     let (lines, ok) = run_tee(without_rust(&mut pytest, &venv));
@@ -184,7 +199,47 @@ pub fn run(require: &str) -> Result<PyCounts, String> {
     if !ok && counts.failed == 0 {
         counts.failed = 1;
     }
+    for size in MPI_SIZES {
+        let c = mpi_pytest(&python, &venv, &tests.join("mpi"), size);
+        println!(
+            "python mpirun -n {size}: {} passed, {} failed, {} skipped (over the ranks)",
+            c.passed, c.failed, c.skipped
+        );
+        counts.passed += c.passed;
+        counts.failed += c.failed;
+        counts.skipped += c.skipped;
+    }
     Ok(counts)
+}
+
+/// pytest over `tests` under `mpirun -n size`, each rank's output in a folder of its own
+/// (`--output-filename`); the counts of every rank added up, a rank without its closing
+/// line one failure.
+pub fn mpi_pytest(python: &Path, venv: &Path, tests: &Path, size: usize) -> PyCounts {
+    let out = target_dir().join("python-mpi-out").join(format!("n{size}"));
+    let _ = std::fs::remove_dir_all(&out);
+    let mut cmd = crate::mpi::mpirun(&size.to_string());
+    cmd.arg("--output-filename").arg(&out).arg(python);
+    cmd.args(["-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "--color", "no"]).arg(tests);
+    let (_, ok) = run_tee(without_rust(&mut cmd, venv));
+    let mut c = PyCounts::default();
+    for rank in 0..size {
+        let file = out.join("1").join(format!("rank.{rank}")).join("stdout");
+        let text = std::fs::read_to_string(file).unwrap_or_default();
+        let lines: Vec<String> = text.lines().map(String::from).collect();
+        match parse_summary(&lines) {
+            Some(r) => {
+                c.passed += r.passed;
+                c.failed += r.failed;
+                c.skipped += r.skipped;
+            }
+            None => c.failed += 1,
+        }
+    }
+    if !ok && c.failed == 0 {
+        c.failed = 1;
+    }
+    c
 }
 
 /// `cargo xtask python`: only the Python suite, with `GPUBUF_REQUIRE` taken from the

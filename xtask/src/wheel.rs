@@ -9,7 +9,9 @@
 //! holds it to the promise: tags `cp3x-abi3-manylinux_*`, no platform tag more compatible
 //! than its symbols allow, no external library. The OpenCL loader (`libOpenCL.so.1`) and
 //! the CUDA driver and NVRTC are opened at run time (`dlopen`), so none is linked and none
-//! is bundled: the wheel holds the extension module and the Python sources only.
+//! is bundled: the wheel holds the extension module and the Python sources only. Then the
+//! MPI module `gpubuf/_mpi.abi3.so` is added ([`crate::wheel_mpi`]): it links the
+//! machine's MPI library, never bundled, and only `import gpubuf.mpi` loads it.
 
 use crate::sh::{capture, run_ok};
 use std::path::{Path, PathBuf};
@@ -149,6 +151,8 @@ pub fn build() -> Result<PathBuf, String> {
     let wheels = target.join("python-wheels");
     // Only this build's wheel is left there.
     let _ = std::fs::remove_dir_all(&wheels);
+    // The MPI module goes in after auditwheel's check (below), never through maturin.
+    let _ = std::fs::remove_file(root().join("crates/gpubuf-python/python").join(crate::wheel_mpi::MODULE));
     let mut maturin = Command::new(&python);
     maturin
         .args(["-m", "maturin", "build", "--release", "--compatibility", "pypi", "--auditwheel", "check"])
@@ -173,6 +177,15 @@ pub fn build() -> Result<PathBuf, String> {
         .ok_or_else(|| format!("auditwheel show {} failed", wheel.display()))?;
     let tags = check_report(&name, &report)?;
     println!("wheel: {tags}, no external library (auditwheel show)");
+    let glibc = wheel_tags(&name)
+        .and_then(|t| t.platform.iter().filter_map(|p| manylinux(p)).map(|(g, _)| g).min())
+        .ok_or_else(|| format!("{name} has no manylinux tag"))?;
+    let so = crate::wheel_mpi::build(&python, &target)?;
+    crate::wheel_mpi::add(&python, &wheel, &so, glibc)?;
+    println!(
+        "wheel: {} added (links the machine's MPI library and the C runtime only)",
+        crate::wheel_mpi::MODULE
+    );
     Ok(wheel)
 }
 

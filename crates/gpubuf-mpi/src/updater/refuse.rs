@@ -9,6 +9,22 @@ use super::HaloUpdater;
 use gpubuf_core::{Element, Error, Kernels, Result};
 
 impl<B: Kernels, T: Element> HaloUpdater<'_, B, T> {
+    /// Takes part in the update the neighbours are in without quantities, because a check
+    /// of this rank's own failed before [`HaloUpdater::start`] could be called (a binding's
+    /// conversion of its arguments, say). As a refused `start`: each neighbour gets an
+    /// empty message in place of this rank's (its `wait` returns an error naming this
+    /// rank), their messages to this rank are received and dropped, and the updater is
+    /// ready for the next `start`. An update left in flight is completed first.
+    ///
+    /// # Errors
+    /// MPI errors.
+    pub fn refuse(&mut self) -> Result<()> {
+        if self.in_flight.is_some() {
+            drop(self.finish());
+        }
+        self.refuse_update()
+    }
+
     /// Sends link `k`'s neighbour an empty message in place of this update's. On a link
     /// through the shared window the neighbour returns a credit for it as for a note, so the
     /// credit's receive is started (after the previous one completed) as a note's would be.
