@@ -19,8 +19,25 @@ pub fn library_version() -> String {
     v.trim_end_matches('\0').trim_end().to_string()
 }
 
-/// A duplicate of the communicator whose handle is `handle` (mpi4py's
-/// `MPI._handleof(comm)`). Collective over that communicator.
+/// The handle of `comm`, an mpi4py intra-communicator (never an address from the caller:
+/// mpi4py's `MPI._handleof` of an object checked to be one).
+///
+/// # Errors
+/// `InvalidArgumentError` for anything else, or `MPI.COMM_NULL`; mpi4py's import errors.
+pub fn handle_of(comm: &Bound<'_, PyAny>) -> PyResult<usize> {
+    let mpi = comm.py().import("mpi4py.MPI")?;
+    if !comm.is_instance(&mpi.getattr("Intracomm")?)? {
+        let name = comm.get_type().name().map(|n| n.to_string()).unwrap_or_default();
+        return Err(invalid(format!("comm is an mpi4py intra-communicator (MPI.Intracomm), not {name}")));
+    }
+    if comm.eq(mpi.getattr("COMM_NULL")?)? {
+        return Err(invalid("comm is MPI.COMM_NULL"));
+    }
+    mpi.getattr("_handleof")?.call1((comm,))?.extract()
+}
+
+/// A duplicate of the communicator whose handle is `handle` ([`handle_of`]). Collective
+/// over that communicator.
 ///
 /// # Errors
 /// `InvalidArgumentError` when MPI is not running or the handle is null; MPI's error code
@@ -36,8 +53,9 @@ pub fn dup(handle: usize) -> PyResult<SimpleCommunicator> {
     let raw = ffi::MPI_Comm(handle as *mut _);
     // SAFETY: reads an immutable handle constant of the MPI library.
     let mut new = unsafe { ffi::RSMPI_COMM_NULL };
-    // SAFETY: `raw` is a live communicator of this process (mpi4py's, whose object the
-    // caller holds); MPI writes `new`.
+    // SAFETY: `raw` is the handle of an mpi4py intra-communicator object the caller holds
+    // (`handle_of`), not COMM_NULL; MPI writes `new`. (An object freed with `Free()` has
+    // COMM_NULL's handle in mpi4py, refused there.)
     let code = unsafe { ffi::MPI_Comm_dup(raw, &mut new) };
     // SAFETY: as above, a constant.
     if code != ffi::MPI_SUCCESS as std::ffi::c_int || new == unsafe { ffi::RSMPI_COMM_NULL } {

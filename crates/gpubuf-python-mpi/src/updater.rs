@@ -3,7 +3,7 @@
 //! wraps it (reading pace's or gpubuf's spec and partitioner objects, checking the
 //! communicator on every call).
 
-use crate::comm::{dup, running};
+use crate::comm::{dup, handle_of, running};
 use crate::errors::{invalid, IntoPy};
 use crate::quantity::quantities;
 use crate::spec::{partitioner, specs};
@@ -117,19 +117,18 @@ fn read_parts(
 
 #[pymethods]
 impl PyHaloUpdater {
-    /// Collective over the communicator whose handle is `handle` (mpi4py's
-    /// `MPI._handleof(comm)`): a duplicate of it, then gpubuf's updater (`HaloUpdater::new`,
+    /// Collective over `comm` (an mpi4py intra-communicator): a duplicate of it, then gpubuf's updater (`HaloUpdater::new`,
     /// or `on_node`). `partitioner` is a tuple `("tile", ny, nx, periodic)` or
     /// `("cube", n)`; `x` and `y` are sequences of spec tuples `(n_points, strides (bytes),
     /// itemsize, shape, origin, extent, dims, dtype name)`. A rank whose own arguments are
     /// wrong, or that brings `local_error` (a message from the Python side), still takes
     /// part in the creation, so every rank raises instead of one waiting for the others.
     #[new]
-    #[pyo3(signature = (handle, partitioner, x, y, name, on_node, local_error=None))]
+    #[pyo3(signature = (comm, partitioner, x, y, name, on_node, local_error=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
-        handle: usize,
+        comm: &Bound<'_, PyAny>,
         partitioner: &Bound<'_, PyAny>,
         x: &Bound<'_, PyAny>,
         y: Option<&Bound<'_, PyAny>>,
@@ -142,7 +141,7 @@ impl PyHaloUpdater {
             Some(m) => Err(invalid(m)),
             None => read_parts(partitioner, x, y),
         };
-        let comm = dup(handle)?;
+        let comm = dup(handle_of(comm)?)?;
         let (parts, local) = match parts {
             Ok(p) => (p, None),
             Err(e) => {
@@ -185,6 +184,27 @@ impl PyHaloUpdater {
     ) -> PyResult<()> {
         let cpu = self.cpu.clone();
         each!(self.typed()?, u => run(py, &cpu, u, &x, y.as_deref()))
+    }
+
+    /// Mean seconds of one update over `reps`, after two unmeasured, each started together
+    /// (`MPI_Barrier` on `comm`, an mpi4py intra-communicator): gpubuf's updater with
+    /// no Python in the loop (the quantities taken once), the baseline of
+    /// `python -m gpubuf.bench mpi`. Collective as `update` (and the barrier).
+    #[pyo3(signature = (comm, x, y=None, reps=10))]
+    fn time_updates(
+        &mut self,
+        py: Python<'_>,
+        comm: &Bound<'_, PyAny>,
+        x: Vec<Bound<'_, PyAny>>,
+        y: Option<Vec<Bound<'_, PyAny>>>,
+        reps: usize,
+    ) -> PyResult<f64> {
+        if reps == 0 {
+            return Err(invalid("time_updates needs at least one rep"));
+        }
+        let handle = handle_of(comm)?;
+        let cpu = self.cpu.clone();
+        each!(self.typed()?, u => timed(py, &cpu, u, handle, &x, y.as_deref(), reps))
     }
 
     /// The element type's numpy name.
@@ -293,6 +313,52 @@ fn run<T: Element + numpy::Element>(
     let done = py.detach(move || {
         let (u, rx, ry) = job.get();
         Unbound(u.update(rx, ry.as_deref_mut()))
+    });
+    done.get().py()
+}
+
+/// The loop of `time_updates`.
+fn timed<T: Element + numpy::Element>(
+    py: Python<'_>,
+    cpu: &CpuBackend,
+    u: &mut HaloUpdater<'static, CpuBackend, T>,
+    handle: usize,
+    x: &[Bound<'_, PyAny>],
+    y: Option<&[Bound<'_, PyAny>]>,
+    reps: usize,
+) -> PyResult<f64> {
+    let (mut qx, mut qy) = match quantities::<T>(cpu, x, y) {
+        Ok(q) => q,
+        Err(e) => {
+            let job = Unbound(&mut *u);
+            let refused = py.detach(move || Unbound(job.get().refuse()));
+            refused.get().py()?;
+            return Err(e);
+        }
+    };
+    let mut rx: Vec<&mut gpubuf_buffer::NDBuffer<CpuBackend, T>> =
+        qx.iter_mut().map(|q| &mut q.array).collect();
+    let mut ry: Option<Vec<&mut gpubuf_buffer::NDBuffer<CpuBackend, T>>> =
+        qy.as_mut().map(|v| v.iter_mut().map(|q| &mut q.array).collect());
+    let job = Unbound((&mut *u, &mut rx, &mut ry));
+    let done = py.detach(move || {
+        let (u, rx, ry) = job.get();
+        let raw = gpubuf_mpi::mpi::ffi::MPI_Comm(handle as *mut _);
+        let mut total = 0.0;
+        for rep in 0..reps + 2 {
+            // SAFETY: `raw` is the handle of the caller's mpi4py intra-communicator, not
+            // COMM_NULL (`handle_of`), held by the caller for the call; a barrier reads
+            // nothing else.
+            unsafe { gpubuf_mpi::mpi::ffi::MPI_Barrier(raw) };
+            let t = std::time::Instant::now();
+            if let Err(e) = u.update(rx, ry.as_deref_mut()) {
+                return Unbound(Err(e));
+            }
+            if rep >= 2 {
+                total += t.elapsed().as_secs_f64();
+            }
+        }
+        Unbound(Ok(total / reps as f64))
     });
     done.get().py()
 }

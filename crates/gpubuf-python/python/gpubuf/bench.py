@@ -1,4 +1,4 @@
-"""``python -m gpubuf.bench halo|pool|zarr``: gpubuf's Python API timed against the Rust
+"""``python -m gpubuf.bench halo|pool|zarr|mpi``: gpubuf's Python API timed against the Rust
 API doing the same work without Python in the loop, and against the Python libraries it
 stands in for (pace-util's numpy halo transformer, pyopencl's ``MemoryPool``, zarr-python
 reading into numpy), measured in the same process. With ``--json`` it prints one line of the same shape as
@@ -7,7 +7,9 @@ reading into numpy), measured in the same process. With ``--json`` it prints one
     {"bench", "backend", "device", "results": [{"name", "value", "unit", "baseline", "ratio"}]}
 
 ``ratio`` is ``value / baseline``: above 1 means faster for GB/s, below 1 means faster
-for ns. What each figure measures is in docs/python.md.
+for ns. ``mpi`` runs under ``mpirun -n 6`` (or ``-n 4``): gpubuf's MPI updater from
+Python against pace-util's and against itself in Rust (``gpubuf.bench_mpi``). What each
+figure measures is in docs/python.md.
 """
 
 import argparse
@@ -282,7 +284,16 @@ def bench_zarr(backend, reps=15, quick=False):
     return [_entry("read_gbps", m.gbps("gpubuf", nbytes), "GB/s", m.gbps("numpy", nbytes))]
 
 
-BENCHES = {"halo": bench_halo, "pool": bench_pool, "zarr": bench_zarr}
+def bench_mpi(backend, reps=15, quick=False):
+    """``gpubuf.bench_mpi`` (under mpirun; host memory: the CPU backend only)."""
+    if backend.name != "cpu":
+        raise ValueError("python -m gpubuf.bench mpi updates host arrays: --backend cpu")
+    from .bench_mpi import bench_mpi as run_mpi
+
+    return run_mpi(backend, reps=reps, quick=quick)
+
+
+BENCHES = {"halo": bench_halo, "pool": bench_pool, "zarr": bench_zarr, "mpi": bench_mpi}
 
 
 def run(name, backend="cpu", reps=15, quick=False):
@@ -308,7 +319,7 @@ def _table(report):
 
 
 def main(argv=None):
-    """The command line: ``python -m gpubuf.bench halo|pool|zarr [--backend B] [--json]
+    """The command line: ``python -m gpubuf.bench halo|pool|zarr|mpi [--backend B] [--json]
     [--reps N] [--quick]``."""
     p = argparse.ArgumentParser(prog="python -m gpubuf.bench", description=__doc__.split("\n\n")[0])
     p.add_argument("name", choices=sorted(BENCHES))
@@ -320,6 +331,12 @@ def main(argv=None):
     if a.reps < 1:
         p.error("--reps is at least 1")
     report = run(a.name, a.backend, a.reps, a.quick)
+    if a.name == "mpi":
+        from mpi4py import MPI
+
+        if MPI.COMM_WORLD.Get_rank() != 0:
+            return 0
+        report["ranks"] = MPI.COMM_WORLD.Get_size()
     print(json.dumps(report) if a.json else _table(report))
     return 0
 

@@ -212,9 +212,7 @@ class HaloUpdater:
         except Exception as e:  # every rank must reach the collective creation
             local_error = f"{type(e).__name__}: {e}"
         self._comm = comm
-        self._native = _mpi.HaloUpdater(
-            MPI._handleof(comm), part, x, y, str(name), bool(on_node), local_error
-        )
+        self._native = _mpi.HaloUpdater(comm, part, x, y, str(name), bool(on_node), local_error)
         _serial[0] += 1
         _live[_serial[0]] = self
 

@@ -235,3 +235,15 @@ def test_node_buffer_arguments():
         gm.node_buffer((2, 3), dtype=np.complex128)
     with pytest.raises((gpubuf.GpubufError, MemoryError, OverflowError)):
         gm.node_buffer((2**62, 2**62))
+
+
+def test_the_native_module_takes_communicators_never_addresses():
+    from gpubuf import _mpi
+
+    part, x = ("tile",) + layout() + (True,), [gm._spec(spec())]
+    for bad in (12345, 0, "comm", MPI.COMM_NULL):
+        with pytest.raises(gpubuf.InvalidArgumentError, match="intra-communicator|COMM_NULL"):
+            _mpi.HaloUpdater(bad, part, x, None, "addr", False)
+    with gm.HaloUpdater(COMM, gm.TilePartitioner(layout()), [spec()], name="addr") as up:
+        with pytest.raises(gpubuf.InvalidArgumentError):
+            up._native.time_updates(12345, [interior_only(global_field(0.0))])
