@@ -236,6 +236,11 @@ mod tests {
     }
 
     #[test]
+    fn the_mpi_binding_has_no_import_rings() {
+        assert_no_rings("crates/gpubuf-python-mpi/src");
+    }
+
+    #[test]
     fn the_cli_has_no_import_rings() {
         assert_no_rings("crates/gpubuf-cli/src");
     }
