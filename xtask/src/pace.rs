@@ -14,6 +14,8 @@
 //! tests listed in [`EXPECTED`] (each with its reason) are deselected and printed; every
 //! other failure counts. `cargo xtask pace --baseline` runs the same selection without
 //! gpubuf (a plugin that only lets pace-util 0.9.0 import under numpy 2), for comparison.
+//! `cargo xtask test-all` runs the parts [`Scope::TestAll`] names (`cargo xtask pace
+//! --test-all` runs just those); every part's line gives its wall time.
 
 use crate::python::{fresh_venv, parse_summary, without_rust, PyCounts};
 use crate::sh::{capture, run_ok, run_tee};
