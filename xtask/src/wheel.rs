@@ -146,7 +146,8 @@ fn tools(dir: &Path) -> Result<PathBuf, String> {
 /// # Errors
 /// The step that failed: the tools venv, maturin, auditwheel, or the check.
 pub fn build() -> Result<PathBuf, String> {
-    let target = target_dir();
+    // Absolute: the MPI module's script and maturin run with paths below it.
+    let target = std::path::absolute(target_dir()).unwrap_or_else(|_| target_dir());
     let python = tools(&target.join("wheel-tools"))?;
     let wheels = target.join("python-wheels");
     // Only this build's wheel is left there.
