@@ -186,11 +186,12 @@ impl PyHaloUpdater {
         each!(self.typed()?, u => run(py, &cpu, u, &x, y.as_deref()))
     }
 
-    /// Mean seconds of one update over `reps`, after two unmeasured, each started together
+    /// Mean seconds of one update over `reps`, after `warmups` unmeasured, each started together
     /// (`MPI_Barrier` on `comm`, an mpi4py intra-communicator): gpubuf's updater with
     /// no Python in the loop (the quantities taken once), the baseline of
     /// `python -m gpubuf.bench mpi`. Collective as `update` (and the barrier).
-    #[pyo3(signature = (comm, x, y=None, reps=10))]
+    #[pyo3(signature = (comm, x, y=None, reps=10, warmups=2))]
+    #[allow(clippy::too_many_arguments)]
     fn time_updates(
         &mut self,
         py: Python<'_>,
@@ -198,13 +199,14 @@ impl PyHaloUpdater {
         x: Vec<Bound<'_, PyAny>>,
         y: Option<Vec<Bound<'_, PyAny>>>,
         reps: usize,
+        warmups: usize,
     ) -> PyResult<f64> {
         if reps == 0 {
             return Err(invalid("time_updates needs at least one rep"));
         }
         let handle = handle_of(comm)?;
         let cpu = self.cpu.clone();
-        each!(self.typed()?, u => timed(py, &cpu, u, handle, &x, y.as_deref(), reps))
+        each!(self.typed()?, u => timed(py, &cpu, u, handle, &x, y.as_deref(), (reps, warmups)))
     }
 
     /// The element type's numpy name.
@@ -325,7 +327,7 @@ fn timed<T: Element + numpy::Element>(
     handle: usize,
     x: &[Bound<'_, PyAny>],
     y: Option<&[Bound<'_, PyAny>]>,
-    reps: usize,
+    (reps, warmups): (usize, usize),
 ) -> PyResult<f64> {
     let (mut qx, mut qy) = match quantities::<T>(cpu, x, y) {
         Ok(q) => q,
@@ -345,7 +347,7 @@ fn timed<T: Element + numpy::Element>(
         let (u, rx, ry) = job.get();
         let raw = gpubuf_mpi::mpi::ffi::MPI_Comm(handle as *mut _);
         let mut total = 0.0;
-        for rep in 0..reps + 2 {
+        for rep in 0..reps.saturating_add(warmups) {
             // SAFETY: `raw` is the handle of the caller's mpi4py intra-communicator, not
             // COMM_NULL (`handle_of`), held by the caller for the call; a barrier reads
             // nothing else.
@@ -354,7 +356,7 @@ fn timed<T: Element + numpy::Element>(
             if let Err(e) = u.update(rx, ry.as_deref_mut()) {
                 return Unbound(Err(e));
             }
-            if rep >= 2 {
+            if rep >= warmups {
                 total += t.elapsed().as_secs_f64();
             }
         }

@@ -26,7 +26,12 @@ class HaloUpdater:
     ) -> None: ...
     def update(self, x: Sequence[Any], y: Optional[Sequence[Any]] = None) -> None: ...
     def time_updates(
-        self, comm: MPI.Intracomm, x: Sequence[Any], y: Optional[Sequence[Any]] = None, reps: int = 10
+        self,
+        comm: MPI.Intracomm,
+        x: Sequence[Any],
+        y: Optional[Sequence[Any]] = None,
+        reps: int = 10,
+        warmups: int = 2,
     ) -> float: ...
     @property
     def dtype(self) -> str: ...

@@ -13,8 +13,8 @@ the slowest rank's mean:
 - ``<case>/<kind>_messages_vs_pace_us``: ``gpubuf.mpi.HaloUpdater`` (every halo a
   message, as between nodes) against the same pace-util baseline;
 - ``<case>/<kind>_vs_rust_us``: the ``on_node`` updater called from Python against the
-  same updater timed in Rust with no Python in the loop (``time_updates``): what the
-  binding costs;
+  same updater timed in Rust with no Python in the loop (``time_updates``), one run of
+  each in turn: what the binding costs;
 - ``<case>/<kind>_pace_installed_us``: pace-util's ``HaloUpdater`` with gpubuf installed
   under it (``gpubuf.pace.install("cpu")``), against pace-util alone.
 
@@ -40,20 +40,24 @@ def _entry(name, value, unit, baseline=None):
     return e
 
 
-def _slowest_mean(comm, reps, fn):
-    """The slowest rank's mean seconds of ``fn`` over ``reps`` runs after two warm-ups,
-    each run started together."""
-    fn()
-    fn()
-    total = 0.0
-    for _ in range(reps):
-        comm.Barrier()
-        t = time.perf_counter()
-        fn()
-        total += time.perf_counter() - t
+def _round_robin(comm, reps, fns):
+    """The slowest rank's mean seconds of each of ``fns``, one run of each in turn (after
+    two warm-ups of each), every run started together (a barrier), so that all see the
+    same moments of the machine. A function that returns a number has timed itself (in
+    seconds)."""
     from mpi4py import MPI
 
-    return comm.allreduce(total / reps, op=MPI.MAX)
+    for _ in range(2):
+        for fn in fns:
+            fn()
+    totals = [0.0] * len(fns)
+    for _ in range(reps):
+        for k, fn in enumerate(fns):
+            comm.Barrier()
+            t = time.perf_counter()
+            own = fn()
+            totals[k] += own if own is not None else time.perf_counter() - t
+    return [comm.allreduce(t / reps, op=MPI.MAX) for t in totals]
 
 
 def _layout(size):
@@ -124,50 +128,55 @@ def bench_mpi(backend=None, reps=15, quick=False):
             px, py = (plain[:count], plain[count:]) if vector else (plain, None)
             specs_y = [spec] * count if vector else None
             name = f"bench-{case}-{what}"
-            with gm.HaloUpdater.on_node(comm, part, [spec] * count, specs_y, name=name) as up:
-                t_py = _slowest_mean(comm, reps, lambda: up.update(xs, ys))
-                t_rust = comm.allreduce(
-                    up._native.time_updates(comm, xs, ys, reps), op=MPI.MAX
-                )
-            with gm.HaloUpdater(comm, part, [spec] * count, specs_y, name=name + "-m") as up:
-                t_msg = _slowest_mean(comm, reps, lambda: up.update(px, py))
+            up = gm.HaloUpdater.on_node(comm, part, [spec] * count, specs_y, name=name)
+            upm = gm.HaloUpdater(comm, part, [spec] * count, specs_y, name=name + "-m")
+            fns = [
+                lambda: up.update(xs, ys),
+                lambda: up._native.time_updates(comm, xs, ys, 1, 0),
+                lambda: upm.update(px, py),
+            ]
+            pace_up = None
+            if loaded is not None and kind == "cube":
+                pace, hdt = loaded
+                pace_up = _pace_updater(comm, pace, hdt, spec, count, vector, base)
+                fns.append(pace_up)
+            try:
+                times = _round_robin(comm, reps, fns)
+            finally:
+                up.close()
+                upm.close()
+            t_py, t_rust, t_msg = times[:3]
             results.append(_entry(f"{case}/{what}_vs_rust_us", t_py * 1e6, "us", t_rust * 1e6))
-            if loaded is None or kind != "cube":
+            if pace_up is None:
                 results.append(_entry(f"{case}/{what}_update_us", t_py * 1e6, "us"))
                 results.append(_entry(f"{case}/{what}_messages_us", t_msg * 1e6, "us"))
                 continue
-            pace, hdt = loaded
-            t_pace, t_inst = _pace_times(comm, pace, hdt, spec, count, vector, base, reps)
+            t_pace = times[3]
+            from . import pace as gpace
+
+            # Built and run with gpubuf installed (pace-util's own updater, built before,
+            # keeps its numpy transformers).
+            with gpace.installed("cpu"):
+                installed = _pace_updater(comm, pace, hdt, spec, count, vector, base)
+                t_inst = _round_robin(comm, reps, [installed, pace_up])
             results.append(_entry(f"{case}/{what}_vs_pace_us", t_py * 1e6, "us", t_pace * 1e6))
             results.append(_entry(f"{case}/{what}_messages_vs_pace_us", t_msg * 1e6, "us", t_pace * 1e6))
-            results.append(_entry(f"{case}/{what}_pace_installed_us", t_inst * 1e6, "us", t_pace * 1e6))
+            results.append(_entry(f"{case}/{what}_pace_installed_us", t_inst[0] * 1e6, "us", t_inst[1] * 1e6))
     return results
 
 
-def _pace_times(comm, pace, hdt, spec, count, vector, base, reps):
-    """pace-util's update time alone, then with gpubuf installed under it."""
-    from . import pace as gpace
-
+def _pace_updater(comm, pace, hdt, spec, count, vector, base):
+    """A function running one update of a new pace-util ``HaloUpdater`` over quantities of
+    its own (on gpubuf when gpubuf is installed under pace-util)."""
     pspec = _pace_spec(hdt, spec)
     quantities = [
         pace.Quantity(b.copy(), dims=["x", "y", "z"], units="m", origin=spec.origin, extent=spec.extent)
         for b in base
     ]
     xs, ys = (quantities[:count], quantities[count:]) if vector else (quantities, None)
-    times = []
-    for installed in (False, True):
-        if installed:
-            gpace.install("cpu")
-        try:
-            pcomm = _pace_setup(comm, pace)
-            if vector:
-                up = pcomm.get_vector_halo_updater([pspec] * count, [pspec] * count)
-                times.append(_slowest_mean(comm, reps, lambda: up.update(xs, ys)))
-            else:
-                up = pcomm.get_scalar_halo_updater([pspec] * count)
-                times.append(_slowest_mean(comm, reps, lambda: up.update(xs)))
-            del up
-        finally:
-            if installed:
-                gpace.uninstall()
-    return times[0], times[1]
+    pcomm = _pace_setup(comm, pace)
+    if vector:
+        up = pcomm.get_vector_halo_updater([pspec] * count, [pspec] * count)
+        return lambda: up.update(xs, ys)
+    up = pcomm.get_scalar_halo_updater([pspec] * count)
+    return lambda: up.update(xs)
