@@ -18,6 +18,7 @@
 
 mod aware;
 mod comm;
+mod datatypes;
 mod direct;
 mod hostplan;
 mod node;
@@ -32,6 +33,7 @@ mod updater;
 
 pub use aware::{cuda_aware, CudaAware, CUDA_AWARE_ENV};
 pub use comm::Comm;
+pub use datatypes::DATATYPES_ENV;
 pub use mpi;
 pub use node::node_buffer;
 pub use phases::Phases;

@@ -2,6 +2,7 @@
 //! created once (`MPI_Recv_init` / `MPI_Send_init`) over buffers that never move, started
 //! for every update and freed with the updater.
 
+use crate::datatypes::Datatype;
 use gpubuf_core::{Error, Result};
 use mpi::ffi::{self, MPI_Comm, MPI_Request};
 use std::ffi::{c_int, c_void};
@@ -20,6 +21,13 @@ pub(crate) struct Message {
     pub len: usize,
 }
 
+/// A persistent request over a derived datatype, and whether it is swapped in.
+struct Alt {
+    req: MPI_Request,
+    on: bool,
+    ty: Datatype,
+}
+
 /// Persistent requests, receives and sends indexed by link. Active requests are always
 /// completed before the buffers they name are freed: by [`Requests::wait_sends`] /
 /// [`Requests::wait_any_receive`], or by `Drop`.
@@ -31,6 +39,13 @@ pub(crate) struct Requests {
     send_active: Vec<bool>,
     /// Where each send goes (communicator, rank, tag), for its refusals.
     send_to: Vec<(MPI_Comm, c_int, c_int)>,
+    /// Where each receive comes from (communicator, rank, tag).
+    recv_from: Vec<(MPI_Comm, c_int, c_int)>,
+    /// Per link, the other persistent receive and send (over a derived datatype, see
+    /// [`Requests::set_typed`]) with their types, and whether it is the one in `recv` /
+    /// `send` (the two handles are swapped by [`Requests::select`]).
+    alt_recv: Vec<Option<Alt>>,
+    alt_send: Vec<Option<Alt>>,
     /// Empty messages in place of sends ([`Requests::refuse`]), completed with the sends.
     refusals: Vec<MPI_Request>,
     /// Whether `Drop` cancels active receives instead of waiting for their messages.
@@ -62,6 +77,9 @@ impl Requests {
             recv_active: Vec::new(),
             send_active: Vec::new(),
             send_to: sends.iter().map(|m| (m.comm, m.rank, m.tag)).collect(),
+            recv_from: recvs.iter().map(|m| (m.comm, m.rank, m.tag)).collect(),
+            alt_recv: recvs.iter().map(|_| None).collect(),
+            alt_send: sends.iter().map(|_| None).collect(),
             refusals: Vec::new(),
             cancel_on_drop,
         };
@@ -166,9 +184,16 @@ impl Requests {
             Some(k) => {
                 self.recv_active[k] = false;
                 let mut count: c_int = 0;
-                // SAFETY: the status of the receive just completed; MPI writes `count`.
-                let code = unsafe { ffi::MPI_Get_count(&status, ffi::RSMPI_UINT8_T, &mut count) };
-                check(code, "MPI_Get_count")?;
+                // Bytes: the receive's type is `MPI_UINT8_T` or a derived type of it.
+                let ty = match &self.alt_recv[k] {
+                    Some(a) if a.on => a.ty.raw(),
+                    // SAFETY: reads an immutable handle constant of the MPI library.
+                    _ => unsafe { ffi::RSMPI_UINT8_T },
+                };
+                // SAFETY: the status of the receive just completed, with the type it was
+                // made with; MPI writes `count`.
+                let code = unsafe { ffi::MPI_Get_elements(&status, ty, &mut count) };
+                check(code, "MPI_Get_elements")?;
                 Ok(Some((k, usize::try_from(count).unwrap_or(0))))
             }
             None => {
@@ -195,6 +220,76 @@ impl Requests {
         check(code, "MPI_Isend")?;
         self.refusals.push(req);
         Ok(())
+    }
+
+    /// Makes link `k`'s other receive (`send`: send) a persistent request of one `ty` at
+    /// `MPI_BOTTOM` (absolute addresses) and swaps it in; the previous one is freed.
+    ///
+    /// # Safety
+    /// Until this value drops or the request is replaced, every byte `ty` names must stay
+    /// valid, and nothing but MPI may read a receive's bytes or write a send's bytes while
+    /// the request is active (it is started only while [`Requests::select`] keeps it in).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a link that does not exist or whose request is
+    /// active; MPI errors.
+    pub(crate) unsafe fn set_typed(&mut self, k: usize, send: bool, ty: Datatype) -> Result<()> {
+        self.select(k, send, false)?;
+        let (to, alts) =
+            if send { (&self.send_to, &mut self.alt_send) } else { (&self.recv_from, &mut self.alt_recv) };
+        let (Some(&(comm, rank, tag)), Some(alt)) = (to.get(k), alts.get_mut(k)) else {
+            return Err(Error::invalid(format!("no link {k}")));
+        };
+        if let Some(mut old) = alt.take() {
+            // SAFETY: an inactive persistent request (swapped out above), freed once.
+            unsafe { ffi::MPI_Request_free(&mut old.req) };
+        }
+        // SAFETY: reads an immutable handle constant of the MPI library.
+        let mut req = unsafe { ffi::RSMPI_REQUEST_NULL };
+        let bottom = std::ptr::null_mut::<c_void>(); // MPI_BOTTOM
+                                                     // SAFETY: MPI writes the request slot; the bytes `ty` names are the caller's
+                                                     // promise; the communicator outlives the requests (the promise of `new`).
+        let code = unsafe {
+            if send {
+                ffi::MPI_Send_init(bottom.cast_const(), 1, ty.raw(), rank, tag, comm, &mut req)
+            } else {
+                ffi::MPI_Recv_init(bottom, 1, ty.raw(), rank, tag, comm, &mut req)
+            }
+        };
+        check(code, if send { "MPI_Send_init" } else { "MPI_Recv_init" })?;
+        *alt = Some(Alt { req, on: false, ty });
+        self.select(k, send, true).map(drop)
+    }
+
+    /// Uses link `k`'s datatype receive (`send`: send) when `typed` and one was made, else
+    /// its buffer's; whether the datatype one is in use.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a link that does not exist or whose request is active.
+    pub(crate) fn select(&mut self, k: usize, send: bool, typed: bool) -> Result<bool> {
+        let (reqs, active, alts) = if send {
+            (&mut self.send, &self.send_active, &mut self.alt_send)
+        } else {
+            (&mut self.recv, &self.recv_active, &mut self.alt_recv)
+        };
+        let (Some(req), Some(&active), Some(alt)) = (reqs.get_mut(k), active.get(k), alts.get_mut(k)) else {
+            return Err(Error::invalid(format!("no link {k}")));
+        };
+        let Some(alt) = alt else { return Ok(false) };
+        if alt.on != typed {
+            if active {
+                return Err(Error::invalid(format!("link {k}'s request is active")));
+            }
+            std::mem::swap(req, &mut alt.req);
+            alt.on = typed;
+        }
+        Ok(alt.on)
+    }
+
+    /// Whether link `k`'s receive (`send`: send) in use is a datatype one.
+    pub(crate) fn typed(&self, k: usize, send: bool) -> bool {
+        let alts = if send { &self.alt_send } else { &self.alt_recv };
+        alts.get(k).is_some_and(|a| a.as_ref().is_some_and(|a| a.on))
     }
 
     /// Waits for every active send.
@@ -245,8 +340,10 @@ impl Requests {
 impl Drop for Requests {
     fn drop(&mut self) {
         self.complete_all();
-        for req in self.recv.iter_mut().chain(self.send.iter_mut()) {
-            // SAFETY: an inactive persistent request of this value, freed once.
+        let alts = self.alt_recv.iter_mut().chain(self.alt_send.iter_mut()).flatten().map(|a| &mut a.req);
+        for req in self.recv.iter_mut().chain(self.send.iter_mut()).chain(alts) {
+            // SAFETY: an inactive persistent request of this value, freed once (the
+            // datatypes go after it, with the fields).
             unsafe { ffi::MPI_Request_free(req) };
         }
     }

@@ -5,6 +5,7 @@ mod flight;
 mod info;
 mod link;
 mod refuse;
+mod typed;
 mod window;
 
 use crate::comm::Comm;
@@ -76,6 +77,10 @@ pub struct HaloUpdater<'c, B: Kernels, T: Element> {
     spare: Vec<NDBuffer<B, T>>,
     /// Bytes copied through the host staging buffers so far (both ways).
     staged: usize,
+    /// Whether host links may move messages as MPI derived datatypes.
+    datatypes: bool,
+    /// Bytes moved as derived datatypes so far (both ways).
+    typed_bytes: usize,
     /// Time per phase of the completed updates.
     phases: Phases,
     /// Time per phase of the update in flight, added to `phases` when it completes.
@@ -201,6 +206,8 @@ impl<'c, B: Kernels, T: Element> HaloUpdater<'c, B, T> {
             in_flight: None,
             spare: Vec::new(),
             staged: 0,
+            datatypes: crate::datatypes::from_env().unwrap_or(crate::datatypes::DEFAULT),
+            typed_bytes: 0,
             phases: Phases::default(),
             current: Phases::default(),
             _claim: claim,

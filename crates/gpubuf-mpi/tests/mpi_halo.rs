@@ -4,19 +4,20 @@
 //! (cubed sphere, one rank per face); alone it runs a 1x1 periodic tile (every neighbour is
 //! the rank itself). Prints `N passed, M failed` on rank 0 and exits non-zero on failure.
 
+use cube::cube_case;
 use errors::{errors_case, expect_invalid};
 use gpubuf_buffer::NDBuffer;
 use gpubuf_core::{DType, Error, Kernels, Result};
-use gpubuf_halo::{
-    receiving_boundary, Boundary, CubedSpherePartitioner, Dim, Partitioner, QuantityHaloSpec, TilePartitioner,
-};
+use gpubuf_halo::{Dim, QuantityHaloSpec, TilePartitioner};
 use gpubuf_mpi::mpi::topology::{Color, Communicator, SimpleCommunicator};
 use gpubuf_mpi::mpi::traits::CommunicatorCollectives;
 use gpubuf_mpi::HaloUpdater;
-use gpubuf_testkit::reference::rotate;
 use ndarray::{ArrayD, IxDyn, SliceInfoElem};
 use node::{expect_copied, Mode};
+use typed::Dt;
 
+#[path = "mpi_halo/cube.rs"]
+mod cube;
 #[path = "mpi_halo/errors.rs"]
 mod errors;
 #[path = "mpi_halo/held.rs"]
@@ -25,9 +26,13 @@ mod held;
 mod mismatch;
 #[path = "mpi_halo/node.rs"]
 mod node;
+#[path = "mpi_halo/typed.rs"]
+mod typed;
 
 const H: usize = 2;
-const NZ: usize = 2;
+/// 8 levels: runs of 64 bytes, long enough for the datatype path.
+const NZ: usize = 8;
+
 const SENTINEL: f64 = -1.0;
 
 fn sl(r: &[std::ops::Range<usize>]) -> Vec<SliceInfoElem> {
@@ -109,6 +114,7 @@ fn tile_case<B: Kernels>(
     layout: (usize, usize),
     periodic: bool,
     mode: Mode,
+    dt: Dt,
 ) -> Result<()> {
     let shared = mode.shared();
     let tile = Tile::new(comm, layout, periodic)?;
@@ -124,7 +130,10 @@ fn tile_case<B: Kernels>(
     };
     let mut scalars = make("scalars", false)?;
     let mut vectors = make("wind", true)?;
+    dt.set(&mut scalars, tile.me);
+    dt.set(&mut vectors, tile.me);
     let mut wrong = None;
+    let mut kept = Vec::new();
     // The same quantities every update, rewritten as soon as `wait` returns: a neighbour
     // still copying from them then (node memory, a sender that did not wait for its
     // credits) would get the next update's values.
@@ -134,6 +143,14 @@ fn tile_case<B: Kernels>(
         .try_into()
         .map_err(|_| Error::invalid("four arrays"))?;
     for it in 0..4 {
+        if it == 2 {
+            // New arrays at new addresses (the old ones kept alive): the datatypes are
+            // remade for them.
+            let fresh: Vec<NDBuffer<B, f64>> =
+                (0..4).map(|_| mode.place(b, tile.me, tile.array(b, 0.0)?)).collect::<Result<_>>()?;
+            let fresh: [NDBuffer<B, f64>; 4] = fresh.try_into().map_err(|_| Error::invalid("four arrays"))?;
+            kept.push(std::mem::replace(&mut arrays, fresh));
+        }
         let salts = [0.0, 0.25, 0.5, 0.75].map(|s| s + f64::from(it) * 0.0625);
         for (a, &salt) in arrays.iter().zip(&salts) {
             a.copy_from(&tile.array(b, salt)?)?;
@@ -174,6 +191,7 @@ fn tile_case<B: Kernels>(
     }
     // Host memory goes to MPI in place; device memory through host staging, both ways.
     for up in [&scalars, &vectors] {
+        dt.check(up, tile.me, mode)?;
         expect_copied(up, tile.me, mode, 4)?;
         let staged = up.staged_bytes();
         let host = B::KIND == gpubuf_core::BackendKind::Cpu;
@@ -253,77 +271,6 @@ fn comms_case<B: Kernels>(b: &B, comm: &SimpleCommunicator, layout: (usize, usiz
     tile.verify(&z, 0.125)
 }
 
-/// The cubed sphere with one rank per face: every halo equals the neighbour face's edge,
-/// rotated by an independent reference, with vector components swapped and negated.
-fn cube_case<B: Kernels>(b: &B, comm: &SimpleCommunicator, mode: Mode) -> Result<()> {
-    let shared = mode.shared();
-    let part = CubedSpherePartitioner::new(1)?;
-    let me = comm.rank() as usize;
-    let n = 4usize;
-    let dims = [Dim::X, Dim::Y, Dim::Z];
-    let spec = QuantityHaloSpec::centered(&dims, &[n, n, NZ], 1, 0, DType::F64)?;
-    let face_field = |salt: f64, face: usize| -> ArrayD<f64> {
-        ArrayD::from_shape_fn(IxDyn(&spec.shape), |ix| {
-            let inside = (1..1 + n).contains(&ix[0]) && (1..1 + n).contains(&ix[1]);
-            if inside {
-                global(salt, face, ix[0] - 1, ix[1] - 1, ix[2])
-            } else {
-                SENTINEL
-            }
-        })
-    };
-    let (sx, sy, ss) = (0.0, 0.5, 0.25);
-    let field = |salt: f64| mode.place(b, me, NDBuffer::from_ndarray(b, face_field(salt, me).view())?);
-    let (mut ux, mut uy, mut s) = (field(sx)?, field(sy)?, field(ss)?);
-    let one = std::slice::from_ref(&spec);
-    let make = |y: Option<&[QuantityHaloSpec]>, name: &str| {
-        if shared {
-            HaloUpdater::<B, f64>::on_node(b, comm, &part, one, y, name)
-        } else {
-            HaloUpdater::<B, f64>::new(b, comm, &part, one, y, name)
-        }
-    };
-    let mut vec_up = make(Some(one), "uv")?;
-    let mut sc_up = make(None, "s")?;
-    for _ in 0..2 {
-        vec_up.update(&mut [&mut ux], Some(&mut [&mut uy]))?;
-        sc_up.update(&mut [&mut s], None)?;
-    }
-    expect_copied(&vec_up, me, mode, 2)?;
-    expect_copied(&sc_up, me, mode, 2)?;
-    let (gx, gy, gs) = (ux.to_ndarray()?, uy.to_ndarray()?, s.to_ndarray()?);
-    for br in Boundary::ALL {
-        let recv = spec.boundary_slices(br, false)?;
-        let Some(nb) = part.neighbor(me, br) else { continue };
-        // The neighbour's boundary whose data lands here, and the turns it makes.
-        let (bs, turns) = Boundary::ALL
-            .iter()
-            .filter_map(|&bs| part.neighbor(nb.rank, bs).filter(|x| x.rank == me).map(|x| (bs, x.rotation)))
-            .find(|&(bs, r)| receiving_boundary(bs, r) == br)
-            .ok_or_else(|| Error::invalid("no partner boundary"))?;
-        let send = spec.boundary_slices(bs, true)?;
-        let cut = |salt: f64| {
-            rotate(&face_field(salt, nb.rank).slice(sl(&send).as_slice()).to_owned(), &dims, -turns)
-        };
-        let (rx, ry, rs) = (cut(sx), cut(sy), cut(ss));
-        let neg = |a: &ArrayD<f64>| a.mapv(|v| -v);
-        let (want_x, want_y) = match (-turns).rem_euclid(4) {
-            1 => (ry.clone(), neg(&rx)),
-            2 => (neg(&rx), neg(&ry)),
-            3 => (neg(&ry), rx.clone()),
-            _ => (rx.clone(), ry.clone()),
-        };
-        for (name, got, want) in [("x", &gx, &want_x), ("y", &gy, &want_y), ("scalar", &gs, &rs)] {
-            let halo: Vec<f64> = got.slice(sl(&recv).as_slice()).iter().copied().collect();
-            let want: Vec<f64> = want.iter().copied().collect();
-            if halo != want {
-                return Err(Error::invalid(format!("rank {me} {br:?} {name}: got {halo:?}, want {want:?}")));
-            }
-        }
-    }
-    Ok(())
-}
-
 /// Specs that disagree between ranks (both constructors), and writes to node-shared
 /// fields during one-copy updates.
 fn shared_memory_cases<B: Kernels>(
@@ -347,33 +294,35 @@ fn run_all<B: Kernels>(b: &B, world: &SimpleCommunicator, results: &mut Vec<(Str
         1 => {
             results.push((
                 format!("{tag} tile 1x1 periodic"),
-                tile_case(b, world, (1, 1), true, Mode::Messages),
+                tile_case(b, world, (1, 1), true, Mode::Messages, Dt::Off),
             ));
             results.push((
                 format!("{tag} tile 1x1 periodic on node"),
-                tile_case(b, world, (1, 1), true, Mode::Window),
+                tile_case(b, world, (1, 1), true, Mode::Window, Dt::On),
             ));
+            let r = tile_case(b, world, (1, 1), true, Mode::Messages, Dt::On);
+            results.push((format!("{tag} tile 1x1 periodic datatypes"), r));
             results.push((format!("{tag} tile 1x1 errors"), errors_case(b, world, (1, 1))));
             results.push((format!("{tag} tile 1x1 tags"), tags_case(b, world, (1, 1))));
             results.push((format!("{tag} tile 1x1 communicators"), comms_case(b, world, (1, 1))));
         }
         4 => {
-            results.push((
-                format!("{tag} tile 2x2 periodic"),
-                tile_case(b, world, (2, 2), true, Mode::Messages),
-            ));
-            results
-                .push((format!("{tag} tile 2x2 open"), tile_case(b, world, (2, 2), false, Mode::Messages)));
+            for dt in [Dt::Off, Dt::On, Dt::Even] {
+                let r = tile_case(b, world, (2, 2), true, Mode::Messages, dt);
+                results.push((format!("{tag} tile 2x2 periodic datatypes {dt:?}"), r));
+                let r = tile_case(b, world, (2, 2), false, Mode::Messages, dt);
+                results.push((format!("{tag} tile 2x2 open datatypes {dt:?}"), r));
+            }
             results.push((
                 format!("{tag} tile 2x2 periodic on node"),
-                tile_case(b, world, (2, 2), true, Mode::Window),
+                tile_case(b, world, (2, 2), true, Mode::Window, Dt::On),
             ));
             results.push((
                 format!("{tag} tile 2x2 open on node"),
-                tile_case(b, world, (2, 2), false, Mode::Window),
+                tile_case(b, world, (2, 2), false, Mode::Window, Dt::On),
             ));
             for mode in [Mode::Node, Mode::Mixed] {
-                let r = tile_case(b, world, (2, 2), true, mode);
+                let r = tile_case(b, world, (2, 2), true, mode, Dt::On);
                 results.push((format!("{tag} tile 2x2 periodic {mode:?} memory"), r));
             }
             results.push((format!("{tag} tile 2x2 errors"), errors_case(b, world, (2, 2))));
@@ -384,21 +333,31 @@ fn run_all<B: Kernels>(b: &B, world: &SimpleCommunicator, results: &mut Vec<(Str
             // neighbour is the same rank.
             let pair = world.split_by_color(Color::with_value(world.rank() / 2));
             if let Some(pair) = pair {
-                results.push((
-                    format!("{tag} tile 1x2 periodic"),
-                    tile_case(b, &pair, (1, 2), true, Mode::Messages),
-                ));
-                let on_node = tile_case(b, &pair, (1, 2), true, Mode::Window);
+                for dt in [Dt::Off, Dt::On, Dt::Even] {
+                    let r = tile_case(b, &pair, (1, 2), true, Mode::Messages, dt);
+                    results.push((format!("{tag} tile 1x2 periodic datatypes {dt:?}"), r));
+                }
+                let on_node = tile_case(b, &pair, (1, 2), true, Mode::Window, Dt::On);
                 results.push((format!("{tag} tile 1x2 periodic on node"), on_node));
-                let node = tile_case(b, &pair, (1, 2), true, Mode::Mixed);
+                let node = tile_case(b, &pair, (1, 2), true, Mode::Mixed, Dt::On);
                 results.push((format!("{tag} tile 1x2 periodic mixed memory"), node));
             }
         }
         6 => {
-            results.push((format!("{tag} cubed sphere 1x1"), cube_case(b, world, Mode::Messages)));
-            results.push((format!("{tag} cubed sphere 1x1 on node"), cube_case(b, world, Mode::Window)));
-            results.push((format!("{tag} cubed sphere 1x1 node memory"), cube_case(b, world, Mode::Node)));
-            results.push((format!("{tag} cubed sphere 1x1 mixed memory"), cube_case(b, world, Mode::Mixed)));
+            for dt in [Dt::Off, Dt::On, Dt::Even] {
+                let r = cube_case(b, world, Mode::Messages, dt);
+                results.push((format!("{tag} cubed sphere 1x1 datatypes {dt:?}"), r));
+            }
+            results
+                .push((format!("{tag} cubed sphere 1x1 on node"), cube_case(b, world, Mode::Window, Dt::On)));
+            results.push((
+                format!("{tag} cubed sphere 1x1 node memory"),
+                cube_case(b, world, Mode::Node, Dt::On),
+            ));
+            results.push((
+                format!("{tag} cubed sphere 1x1 mixed memory"),
+                cube_case(b, world, Mode::Mixed, Dt::On),
+            ));
             results.push((format!("{tag} tile 2x3 errors"), errors_case(b, world, (2, 3))));
             shared_memory_cases(b, world, (2, 3), results);
             results.push((format!("{tag} tile 2x3 tags"), tags_case(b, world, (2, 3))));

@@ -220,7 +220,9 @@ impl<'c, B: Kernels, T: Element> HaloUpdater<'c, B, T> {
         x: &mut [&mut NDBuffer<B, T>],
         y: Option<&mut [&mut NDBuffer<B, T>]>,
     ) -> Result<Held<B, T>> {
-        let readers = self.links.iter().any(|l| l.slot.is_some() && l.peer_reads);
+        // A neighbour copying from the quantities, or MPI moving them as datatypes, needs
+        // them held exclusively.
+        let readers = self.links.iter().any(|l| l.slot.is_some() && l.peer_reads) || self.any_typed();
         let all = x.iter().chain(y.iter().flat_map(|y| y.iter())).map(|q| &**q);
         if !(readers && exclusive(all)) {
             let clone = |v: &[&mut NDBuffer<B, T>]| v.iter().map(|q| (**q).clone()).collect();
@@ -263,9 +265,15 @@ impl<'c, B: Kernels, T: Element> HaloUpdater<'c, B, T> {
     /// Starts the receives, then packs and sends every link's message.
     fn post(&mut self, exclusive: bool) -> Result<()> {
         let t0 = Instant::now();
-        self.requests.start_receives()?;
-        lap(&mut self.current.post, t0);
         let Some(mut flight) = self.in_flight.take() else { return Ok(()) };
+        for k in 0..self.links.len() {
+            self.choose(k, false, &flight.held);
+        }
+        if let Err(e) = self.requests.start_receives() {
+            self.in_flight = Some(flight);
+            return Err(e);
+        }
+        lap(&mut self.current.post, t0);
         let result = self.send_all(&flight.held, &mut flight.direct, exclusive);
         self.in_flight = Some(flight);
         result
@@ -277,7 +285,7 @@ impl<'c, B: Kernels, T: Element> HaloUpdater<'c, B, T> {
         for k in 0..self.links.len() {
             let sent = self
                 .lists(&self.links[k], &xs, ys.as_deref())
-                .and_then(|(lx, ly)| self.pack_and_send(k, &lx, ly.as_deref(), exclusive));
+                .and_then(|(lx, ly)| self.pack_and_send(k, held, &lx, ly.as_deref(), exclusive));
             match sent {
                 Ok(true) => direct.push(k),
                 Ok(false) => {}
@@ -298,14 +306,19 @@ impl<'c, B: Kernels, T: Element> HaloUpdater<'c, B, T> {
     fn pack_and_send(
         &mut self,
         k: usize,
+        held: &Held<B, T>,
         xs: &[&NDBuffer<B, T>],
         ys: Option<&[&NDBuffer<B, T>]>,
         exclusive: bool,
     ) -> Result<bool> {
         let t0 = Instant::now();
+        let typed = self.choose(k, true, held);
         let link = &mut self.links[k];
         let mut direct = false;
-        if let (Some(slot), Some(shared)) = (link.slot, &self.shared) {
+        if typed {
+            // MPI gathers the message straight from the quantities.
+            self.typed_bytes = self.typed_bytes.saturating_add(link.bytes);
+        } else if let (Some(slot), Some(shared)) = (link.slot, &self.shared) {
             let q: Vec<&NDBuffer<B, T>> = xs.iter().chain(ys.into_iter().flatten()).copied().collect();
             direct = window::pack(link, k, slot, shared, &mut self.credits, &q, exclusive)?;
         } else if link.direct {
@@ -396,6 +409,11 @@ impl<'c, B: Kernels, T: Element> HaloUpdater<'c, B, T> {
             return window::unpack(link, k, slot, shared, &mut self.credits, q.as_deref());
         }
         let Some((xs, ys)) = lists else { return Ok(()) };
+        if self.requests.typed(k, false) {
+            // MPI scattered the message straight into the halos.
+            self.typed_bytes = self.typed_bytes.saturating_add(link.bytes);
+            return Ok(());
+        }
         if !link.direct {
             // SAFETY: this link's receive completed, so MPI no longer writes its buffer.
             let recv = unsafe { link.recv.bytes() };

@@ -18,6 +18,28 @@ impl<B: Kernels, T: Element> std::fmt::Debug for HaloUpdater<'_, B, T> {
 }
 
 impl<B: Kernels, T: Element> HaloUpdater<'_, B, T> {
+    /// Whether host links move their messages as MPI derived datatypes, straight between
+    /// the quantities and MPI with no pack or unpack buffer (see [`crate::DATATYPES_ENV`]
+    /// for the default). A side whose plan negates (vector components across rotated
+    /// edges) or is too fragmented, a link through the shared window, device memory, and
+    /// an update whose quantities are reachable through other handles (a clone kept
+    /// elsewhere) still pack and unpack.
+    pub fn datatypes(&self) -> bool {
+        self.datatypes
+    }
+
+    /// Switches the datatype path on or off for the next updates (each side of a link
+    /// picks on its own: the two ranks need not agree).
+    pub fn set_datatypes(&mut self, on: bool) {
+        self.datatypes = on;
+    }
+
+    /// Bytes moved as derived datatypes so far, sent and received (0 with the datatype
+    /// path off).
+    pub fn typed_bytes(&self) -> usize {
+        self.typed_bytes
+    }
+
     /// Bytes copied between the transformers' buffers and host staging buffers by every
     /// update so far (sent plus received): 0 when every buffer is host memory that MPI
     /// reads and writes in place (the CPU backend).

@@ -2,7 +2,8 @@
 //! partitioner and the specs, and the state of an update in flight.
 
 use super::agree::{self, LinkSig};
-use crate::direct::in_place;
+use crate::datatypes::{Side, Typed};
+use crate::direct::{host, in_place};
 use crate::node::PeerMap;
 use crate::runs::Pull;
 use crate::shm::Slot;
@@ -47,6 +48,9 @@ pub(super) struct Link<B: Kernels, T: Element> {
     pub(super) maps: Vec<PeerMap>,
     /// Bytes received from the neighbour in one copy so far.
     pub(super) pulled: usize,
+    /// The sides of the link MPI can move as derived datatypes, straight between the
+    /// quantities (host memory, no negation, runs long enough; see [`crate::datatypes`]).
+    pub(super) typed: Typed,
 }
 
 /// The quantities of an update in flight, held by the updater: the caller's own handles
@@ -91,6 +95,7 @@ pub(super) fn links<B: Kernels, T: Element>(
     let size = world.size() as usize;
     let ub = tags::tag_ub(world);
     let aware = crate::cuda_aware()?.enabled;
+    crate::datatypes::from_env()?;
     if size != partitioner.total_ranks() {
         return Err(Error::invalid(format!(
             "communicator of {size} ranks for a partitioner of {}",
@@ -169,6 +174,12 @@ pub(super) fn links<B: Kernels, T: Element>(
         // are `bytes` long on this side.
         sigs.push(LinkSig { peer: n, send: send_sig, send_bytes: bytes, recv: recv_sig, recv_bytes: bytes });
         let direct = in_place(&transformer, aware)?;
+        let typed = if direct && host(&transformer)? {
+            let (c, size) = (transformer.compiled(), T::DTYPE.size());
+            Typed { send: Side::new(&c.pack, size), recv: Side::new(&c.unpack, size) }
+        } else {
+            Typed::default()
+        };
         links.push(Link {
             rank: n,
             per_quantity: sends.len(),
@@ -187,6 +198,7 @@ pub(super) fn links<B: Kernels, T: Element>(
             peer_pid: 0,
             maps: Vec::new(),
             pulled: 0,
+            typed,
         });
     }
     Ok((links, sigs))

@@ -40,6 +40,10 @@ impl<B: Kernels, T: Element> HaloUpdater<'_, B, T> {
     /// started, every neighbour gets an empty message, and the neighbours' messages are
     /// completed and dropped. The error of an MPI call that failed on the way.
     pub(super) fn refuse_update(&mut self) -> Result<()> {
+        // Buffer receives: no quantities are held for a datatype one.
+        for k in 0..self.links.len() {
+            let _ = self.requests.select(k, false, false);
+        }
         let started = self.requests.start_receives();
         let mut first = started.err();
         for k in 0..self.links.len() {
