@@ -287,6 +287,43 @@ fn close(inner: Option<Typed>) {
     }
 }
 
+/// An array of an update.
+type Array<T> = gpubuf_buffer::NDBuffer<CpuBackend, T>;
+
+/// Takes the quantities of a call, then runs `f` over the updater and them without the
+/// GIL. Quantities refused here refuse the update (so that no neighbour waits for this
+/// rank) and raise.
+fn over_quantities<T: Element + numpy::Element, R>(
+    py: Python<'_>,
+    cpu: &CpuBackend,
+    u: &mut HaloUpdater<'static, CpuBackend, T>,
+    (x, y): (&[Bound<'_, PyAny>], Option<&[Bound<'_, PyAny>]>),
+    f: impl for<'q> FnOnce(
+        &mut HaloUpdater<'static, CpuBackend, T>,
+        &mut [&'q mut Array<T>],
+        Option<&mut [&'q mut Array<T>]>,
+    ) -> gpubuf_core::Result<R>,
+) -> PyResult<R> {
+    let (mut qx, mut qy) = match quantities::<T>(cpu, x, y) {
+        Ok(q) => q,
+        Err(e) => {
+            let job = Unbound(&mut *u);
+            let refused = py.detach(move || Unbound(job.get().refuse()));
+            refused.get().py()?;
+            return Err(e);
+        }
+    };
+    let mut rx: Vec<&mut Array<T>> = qx.iter_mut().map(|q| &mut q.array).collect();
+    let mut ry: Option<Vec<&mut Array<T>>> =
+        qy.as_mut().map(|v| v.iter_mut().map(|q| &mut q.array).collect());
+    let job = Unbound((&mut *u, &mut rx, &mut ry, f));
+    let done = py.detach(move || {
+        let (u, rx, ry, f) = job.get();
+        Unbound(f(u, rx, ry.as_deref_mut()))
+    });
+    done.get().py()
+}
+
 fn run<T: Element + numpy::Element>(
     py: Python<'_>,
     cpu: &CpuBackend,
@@ -294,29 +331,7 @@ fn run<T: Element + numpy::Element>(
     x: &[Bound<'_, PyAny>],
     y: Option<&[Bound<'_, PyAny>]>,
 ) -> PyResult<()> {
-    let (mut qx, mut qy) = match quantities::<T>(cpu, x, y) {
-        Ok(q) => q,
-        Err(e) => {
-            // The neighbours are in this update: refuse it, so none waits for this rank.
-            let job = Unbound(&mut *u);
-            let refused = py.detach(move || {
-                let u = job.get();
-                Unbound(u.refuse())
-            });
-            refused.get().py()?;
-            return Err(e);
-        }
-    };
-    let mut rx: Vec<&mut gpubuf_buffer::NDBuffer<CpuBackend, T>> =
-        qx.iter_mut().map(|q| &mut q.array).collect();
-    let mut ry: Option<Vec<&mut gpubuf_buffer::NDBuffer<CpuBackend, T>>> =
-        qy.as_mut().map(|v| v.iter_mut().map(|q| &mut q.array).collect());
-    let job = Unbound((&mut *u, &mut rx, &mut ry));
-    let done = py.detach(move || {
-        let (u, rx, ry) = job.get();
-        Unbound(u.update(rx, ry.as_deref_mut()))
-    });
-    done.get().py()
+    over_quantities(py, cpu, u, (x, y), |u, x, y| u.update(x, y))
 }
 
 /// The loop of `time_updates`.
@@ -329,22 +344,7 @@ fn timed<T: Element + numpy::Element>(
     y: Option<&[Bound<'_, PyAny>]>,
     (reps, warmups): (usize, usize),
 ) -> PyResult<f64> {
-    let (mut qx, mut qy) = match quantities::<T>(cpu, x, y) {
-        Ok(q) => q,
-        Err(e) => {
-            let job = Unbound(&mut *u);
-            let refused = py.detach(move || Unbound(job.get().refuse()));
-            refused.get().py()?;
-            return Err(e);
-        }
-    };
-    let mut rx: Vec<&mut gpubuf_buffer::NDBuffer<CpuBackend, T>> =
-        qx.iter_mut().map(|q| &mut q.array).collect();
-    let mut ry: Option<Vec<&mut gpubuf_buffer::NDBuffer<CpuBackend, T>>> =
-        qy.as_mut().map(|v| v.iter_mut().map(|q| &mut q.array).collect());
-    let job = Unbound((&mut *u, &mut rx, &mut ry));
-    let done = py.detach(move || {
-        let (u, rx, ry) = job.get();
+    over_quantities(py, cpu, u, (x, y), |u, x, mut y| {
         let raw = gpubuf_mpi::mpi::ffi::MPI_Comm(handle as *mut _);
         let mut total = 0.0;
         for rep in 0..reps.saturating_add(warmups) {
@@ -353,14 +353,11 @@ fn timed<T: Element + numpy::Element>(
             // nothing else.
             unsafe { gpubuf_mpi::mpi::ffi::MPI_Barrier(raw) };
             let t = std::time::Instant::now();
-            if let Err(e) = u.update(rx, ry.as_deref_mut()) {
-                return Unbound(Err(e));
-            }
+            u.update(x, y.as_deref_mut())?;
             if rep >= warmups {
                 total += t.elapsed().as_secs_f64();
             }
         }
-        Unbound(Ok(total / reps as f64))
-    });
-    done.get().py()
+        Ok(total / reps as f64)
+    })
 }

@@ -31,15 +31,6 @@ CASES = [("c48", 48, 79), ("c96", 96, 79)]
 N_HALO = 3
 
 
-def _entry(name, value, unit, baseline=None):
-    e = {"name": name, "value": value, "unit": unit}
-    if baseline is not None:
-        e["baseline"] = baseline
-        if baseline > 0:
-            e["ratio"] = value / baseline
-    return e
-
-
 def _round_robin(comm, reps, fns):
     """The slowest rank's mean seconds of each of ``fns``, one run of each in turn (after
     two warm-ups of each), every run started together (a barrier), so that all see the
@@ -107,7 +98,7 @@ def bench_mpi(backend=None, reps=15, quick=False):
     from mpi4py import MPI
 
     from . import mpi as gm
-    from .bench import import_pace
+    from .bench import _entry, import_pace
 
     comm = MPI.COMM_WORLD
     kind = _layout(comm.Get_size())
