@@ -15,12 +15,12 @@ use mpi::ffi::{self, MPI_Aint, MPI_Datatype};
 use std::ffi::c_int;
 
 /// The environment variable that switches the datatype path on (`1`) or off (`0`) for
-/// updaters made afterwards (unset: off, the pack path, which measured faster with Open
-/// MPI; see `docs/mpi.md`). [`crate::HaloUpdater::set_datatypes`] sets it per updater.
+/// updaters made afterwards (unset: on, which measured faster with Open MPI's shared
+/// memory transport and no slower over TCP; see `docs/mpi.md`). [`crate::HaloUpdater::set_datatypes`] sets it per updater.
 pub const DATATYPES_ENV: &str = "GPUBUF_MPI_DATATYPES";
 
 /// Whether updaters use datatypes when [`DATATYPES_ENV`] is unset.
-pub(crate) const DEFAULT: bool = false;
+pub(crate) const DEFAULT: bool = true;
 
 /// A side whose runs average fewer bytes than this keeps the pack path (MPI's gather of
 /// many tiny blocks is slower than the pack kernel).

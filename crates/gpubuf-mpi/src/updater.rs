@@ -35,7 +35,9 @@ type Lists<'q, B, T> = (Vec<&'q NDBuffer<B, T>>, Option<Vec<&'q NDBuffer<B, T>>>
 ///
 /// Host-resident pack and unpack buffers (the CPU backend) are handed to MPI in place, and
 /// so are CUDA device buffers when MPI is CUDA-aware ([`crate::cuda_aware`], feature
-/// `cuda`); other device buffers are staged through host memory. An updater made with
+/// `cuda`); other device buffers are staged through host memory. By default host messages
+/// go as MPI derived datatypes instead, straight between the quantities and MPI with no pack
+/// or unpack, where a side's plan allows it ([`HaloUpdater::set_datatypes`]). An updater made with
 /// [`HaloUpdater::on_node`] instead packs host memory straight into the receiving rank's
 /// shared-memory window when both ranks share a node.
 ///
