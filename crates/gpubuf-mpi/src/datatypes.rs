@@ -51,8 +51,8 @@ pub(crate) struct Side {
 
 impl Side {
     /// The blocks of `plan` for elements of `size` bytes, or `None` when the plan negates
-    /// (vector components across rotated edges), is empty, or is too fragmented (runs of
-    /// fewer than [`MIN_MEAN_BLOCK`] bytes on average).
+    /// (vector components across rotated edges), is empty, is too fragmented (runs of
+    /// fewer than [`MIN_MEAN_BLOCK`] bytes on average), or reaches an element twice.
     pub(crate) fn new(plan: &CopyPlan, size: usize) -> Option<Side> {
         if plan.buffer_len() == 0 || plan.segments().iter().any(|s| s.negate) {
             return None;
@@ -78,6 +78,14 @@ impl Side {
         if pos != plan.buffer_len()
             || bytes / blocks.len() < MIN_MEAN_BLOCK
             || blocks.len() > c_int::MAX as usize
+        {
+            return None;
+        }
+        // A receive's type must not name a byte twice (MPI leaves such a receive
+        // undefined): a plan that writes an element twice keeps its buffer.
+        let mut spans: Vec<(usize, usize, usize)> = blocks.clone();
+        spans.sort_unstable();
+        if spans.windows(2).any(|w| w[0].0 == w[1].0 && w[0].1.checked_add(w[0].2).is_none_or(|e| e > w[1].1))
         {
             return None;
         }
@@ -208,5 +216,10 @@ mod tests {
         let col = Segment::new(0, 0, &[(10, 16), (2, 1)], 0).unwrap();
         let plan = CopyPlan::new(vec![160], 20, vec![col]).unwrap();
         assert!(Side::new(&plan, 4).is_none());
+        // Two 16-element runs over the same row: one element reached twice.
+        let a = Segment::new(0, 0, &[(16, 1)], 0).unwrap();
+        let b = Segment::new(0, 0, &[(16, 1)], 16).unwrap();
+        let twice = CopyPlan::new(vec![160], 32, vec![a, b]).unwrap();
+        assert!(Side::new(&twice, 8).is_none());
     }
 }

@@ -57,15 +57,21 @@ impl<B: Kernels, T: Element> HaloUpdater<'_, B, T> {
         side.key = None;
         let ty = side.datatype(&bases)?;
         // SAFETY: the type's blocks are the compiled plan's runs (checked in `Side::new`
-        // to lie inside each quantity's `need` elements) at the first elements of this
-        // update's quantities (checked by `bases` to hold `need` elements inside their
-        // storage). A datatype request is only started after this check found the same
-        // addresses for the update's quantities (`key`), and those quantities are held
-        // by the update, lent (no other handle reaches their memory), until every request
-        // completed: so while it is active the bytes are allocated, and nothing but MPI
-        // touches the bytes it reads (send: the pack plan's compute-domain elements) or
-        // writes (receive: the unpack plan's halo elements; this updater writes other
-        // halos only, from other links, and only between MPI calls, on this thread).
+        // to lie inside each quantity's `need` elements, in bytes with checked arithmetic)
+        // at the first elements of this update's quantities (checked by `bases` to hold
+        // `need` elements inside their storage). A datatype request is started only in an
+        // update whose quantities `try_choose` found at the same addresses (`key`), and
+        // those quantities are held by that update, lent (no other handle reaches their
+        // memory), until every request completed (`finish`, also for a leaked update or
+        // a dropped updater): so while it is active its bytes are allocated and nothing
+        // else of this process writes the bytes a send reads (the pack plan's compute-
+        // domain elements) or touches the bytes a receive writes (the unpack plan's
+        // halos). This updater writes other links' halos meanwhile, through the CPU
+        // backend's lock, on this thread and only between its MPI calls, while Open MPI
+        // (no progress thread by default) moves this process's bytes inside those calls;
+        // a neighbour process may read the sent bytes or write the received ones through
+        // its single-copy transport at any time until the request completes, never other
+        // bytes.
         unsafe { self.requests.set_typed(k, send, ty)? };
         side.key = Some(bases);
         Ok(true)
