@@ -186,11 +186,12 @@ impl PyHaloUpdater {
         each!(self.typed()?, u => run(py, &cpu, u, &x, y.as_deref()))
     }
 
-    /// Mean seconds of one update over `reps`, after `warmups` unmeasured, each started together
-    /// (`MPI_Barrier` on `comm`, an mpi4py intra-communicator): gpubuf's updater with
+    /// Mean seconds of one update over `reps`, after `warmups` unmeasured, each started
+    /// together (`MPI_Barrier` on `comm`, an mpi4py intra-communicator; none when
+    /// `barrier` is false): gpubuf's updater with
     /// no Python in the loop (the quantities taken once), the baseline of
     /// `python -m gpubuf.bench mpi`. Collective as `update` (and the barrier).
-    #[pyo3(signature = (comm, x, y=None, reps=10, warmups=2))]
+    #[pyo3(signature = (comm, x, y=None, reps=10, warmups=2, barrier=true))]
     #[allow(clippy::too_many_arguments)]
     fn time_updates(
         &mut self,
@@ -200,13 +201,14 @@ impl PyHaloUpdater {
         y: Option<Vec<Bound<'_, PyAny>>>,
         reps: usize,
         warmups: usize,
+        barrier: bool,
     ) -> PyResult<f64> {
         if reps == 0 {
             return Err(invalid("time_updates needs at least one rep"));
         }
         let handle = handle_of(comm)?;
         let cpu = self.cpu.clone();
-        each!(self.typed()?, u => timed(py, &cpu, u, handle, &x, y.as_deref(), (reps, warmups)))
+        each!(self.typed()?, u => timed(py, &cpu, u, (handle, barrier), &x, y.as_deref(), (reps, warmups)))
     }
 
     /// The element type's numpy name.
@@ -339,7 +341,7 @@ fn timed<T: Element + numpy::Element>(
     py: Python<'_>,
     cpu: &CpuBackend,
     u: &mut HaloUpdater<'static, CpuBackend, T>,
-    handle: usize,
+    (handle, barrier): (usize, bool),
     x: &[Bound<'_, PyAny>],
     y: Option<&[Bound<'_, PyAny>]>,
     (reps, warmups): (usize, usize),
@@ -348,10 +350,12 @@ fn timed<T: Element + numpy::Element>(
         let raw = gpubuf_mpi::mpi::ffi::MPI_Comm(handle as *mut _);
         let mut total = 0.0;
         for rep in 0..reps.saturating_add(warmups) {
-            // SAFETY: `raw` is the handle of the caller's mpi4py intra-communicator, not
-            // COMM_NULL (`handle_of`), held by the caller for the call; a barrier reads
-            // nothing else.
-            unsafe { gpubuf_mpi::mpi::ffi::MPI_Barrier(raw) };
+            if barrier {
+                // SAFETY: `raw` is the handle of the caller's mpi4py intra-communicator,
+                // not COMM_NULL (`handle_of`), held by the caller for the call; a barrier
+                // reads nothing else.
+                unsafe { gpubuf_mpi::mpi::ffi::MPI_Barrier(raw) };
+            }
             let t = std::time::Instant::now();
             u.update(x, y.as_deref_mut())?;
             if rep >= warmups {

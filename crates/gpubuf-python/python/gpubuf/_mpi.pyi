@@ -32,6 +32,7 @@ class HaloUpdater:
         y: Optional[Sequence[Any]] = None,
         reps: int = 10,
         warmups: int = 2,
+        barrier: bool = True,
     ) -> float: ...
     @property
     def dtype(self) -> str: ...

@@ -33,17 +33,21 @@ N_HALO = 3
 
 def _round_robin(comm, reps, fns):
     """The slowest rank's mean seconds of each of ``fns``, one run of each in turn (after
-    two warm-ups of each), every run started together (a barrier), so that all see the
-    same moments of the machine. A function that returns a number has timed itself (in
-    seconds)."""
+    two warm-ups of each; rep ``r`` starts with function ``r mod len(fns)``), every run
+    started together (a barrier), so that all see the same moments of the machine. A
+    function that returns a number has timed itself (in seconds)."""
     from mpi4py import MPI
 
     for _ in range(2):
         for fn in fns:
             fn()
     totals = [0.0] * len(fns)
-    for _ in range(reps):
-        for k, fn in enumerate(fns):
+    n = len(fns)
+    for rep in range(reps):
+        # Each rep starts with the next function, so none always follows the same one
+        # (whose caches and messages it would inherit).
+        for k in [(rep + j) % n for j in range(n)]:
+            fn = fns[k]
             comm.Barrier()
             t = time.perf_counter()
             own = fn()
