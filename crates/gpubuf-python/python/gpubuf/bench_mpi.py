@@ -4,8 +4,10 @@ Python, the cases of ``gpubuf bench mpi``.
 Six ranks hold the faces of a cubed sphere, four a 2x2 periodic tile. Per case (``c48``:
 48x48x79 cells, ``c96``: 96x96x79; float64, a 3-point halo, dims (x, y, z)) and kind
 (``scalars``: four fields updated at once; ``vector``: one x/y pair) it times one update,
-``--reps`` times after two warm-ups, every rep started together (a barrier); the figure is
-the slowest rank's mean:
+``--reps`` times after two warm-ups, every rep started together (a barrier), the things
+compared taking turns (``_round_robin``: one update each for the same updater timed two
+ways, blocks of a third of ``--reps`` for different updaters); the figure is the slowest
+rank's mean:
 
 - ``<case>/<kind>_vs_pace_us``: ``gpubuf.mpi.HaloUpdater.on_node`` updating fields from
   ``gpubuf.mpi.node_buffer`` (each halo copied once, straight out of the neighbour's
@@ -14,7 +16,7 @@ the slowest rank's mean:
   message, as between nodes) against the same pace-util baseline;
 - ``<case>/<kind>_vs_rust_us``: the ``on_node`` updater called from Python against the
   same updater timed in Rust with no Python in the loop (``time_updates``), one run of
-  each in turn: what the binding costs;
+  each in turn (a rotation of just these two): what the binding costs;
 - ``<case>/<kind>_pace_installed_us``: pace-util's ``HaloUpdater`` with gpubuf installed
   under it (``gpubuf.pace.install("cpu")``), against pace-util alone.
 
@@ -31,27 +33,35 @@ CASES = [("c48", 48, 79), ("c96", 96, 79)]
 N_HALO = 3
 
 
-def _round_robin(comm, reps, fns):
-    """The slowest rank's mean seconds of each of ``fns``, one run of each in turn (after
-    two warm-ups of each; rep ``r`` starts with function ``r mod len(fns)``), every run
-    started together (a barrier), so that all see the same moments of the machine. A
-    function that returns a number has timed itself (in seconds)."""
+def _round_robin(comm, reps, fns, block=1):
+    """The slowest rank's mean seconds of each of ``fns`` over ``reps`` runs (after two
+    warm-ups of each), every run started together (a barrier). The runs go in blocks of
+    ``block``, the functions' blocks alternating (the first function of each round
+    turning), so that all see the same period of the machine. Blocks of one suit the same
+    update timed two ways; blocks of a third of ``reps`` let different updaters each run
+    in steady state, not right after the other's update (pace-util's, Python-heavy, slows
+    the update that follows it). A function that returns a number has timed itself (in
+    seconds)."""
     from mpi4py import MPI
 
     for _ in range(2):
         for fn in fns:
             fn()
     totals = [0.0] * len(fns)
+    counts = [0] * len(fns)
     n = len(fns)
-    for rep in range(reps):
-        # Each rep starts with the next function, so none always follows the same one
-        # (whose caches and messages it would inherit).
-        for k in [(rep + j) % n for j in range(n)]:
+    block = max(1, block)
+    rnd = 0
+    while min(counts) < reps:
+        for k in [(rnd + j) % n for j in range(n)]:
             fn = fns[k]
-            comm.Barrier()
-            t = time.perf_counter()
-            own = fn()
-            totals[k] += own if own is not None else time.perf_counter() - t
+            for _ in range(min(block, reps - counts[k])):
+                comm.Barrier()
+                t = time.perf_counter()
+                own = fn()
+                totals[k] += own if own is not None else time.perf_counter() - t
+                counts[k] += 1
+        rnd += 1
     return [comm.allreduce(t / reps, op=MPI.MAX) for t in totals]
 
 
@@ -125,35 +135,35 @@ def bench_mpi(backend=None, reps=15, quick=False):
             name = f"bench-{case}-{what}"
             up = gm.HaloUpdater.on_node(comm, part, [spec] * count, specs_y, name=name)
             upm = gm.HaloUpdater(comm, part, [spec] * count, specs_y, name=name + "-m")
-            fns = [
-                lambda: up.update(xs, ys),
-                lambda: up._native.time_updates(comm, xs, ys, 1, 0),
-                lambda: upm.update(px, py),
-            ]
             pace_up = None
             if loaded is not None and kind == "cube":
                 pace, hdt = loaded
                 pace_up = _pace_updater(comm, pace, hdt, spec, count, vector, base)
-                fns.append(pace_up)
             try:
-                times = _round_robin(comm, reps, fns)
+                # The Python/Rust ratio from a rotation of just those two.
+                t_py, t_rust = _round_robin(
+                    comm,
+                    reps,
+                    [lambda: up.update(xs, ys), lambda: up._native.time_updates(comm, xs, ys, 1, 0)],
+                )
+                others = [lambda: upm.update(px, py)] + ([pace_up] if pace_up else [])
+                rest = _round_robin(comm, reps, [lambda: up.update(xs, ys)] + others, block=reps // 3)
             finally:
                 up.close()
                 upm.close()
-            t_py, t_rust, t_msg = times[:3]
             results.append(_entry(f"{case}/{what}_vs_rust_us", t_py * 1e6, "us", t_rust * 1e6))
             if pace_up is None:
                 results.append(_entry(f"{case}/{what}_update_us", t_py * 1e6, "us"))
-                results.append(_entry(f"{case}/{what}_messages_us", t_msg * 1e6, "us"))
+                results.append(_entry(f"{case}/{what}_messages_us", rest[1] * 1e6, "us"))
                 continue
-            t_pace = times[3]
+            t_py, t_msg, t_pace = rest
             from . import pace as gpace
 
             # Built and run with gpubuf installed (pace-util's own updater, built before,
             # keeps its numpy transformers).
             with gpace.installed("cpu"):
                 installed = _pace_updater(comm, pace, hdt, spec, count, vector, base)
-                t_inst = _round_robin(comm, reps, [installed, pace_up])
+                t_inst = _round_robin(comm, reps, [installed, pace_up], block=reps // 3)
             results.append(_entry(f"{case}/{what}_vs_pace_us", t_py * 1e6, "us", t_pace * 1e6))
             results.append(_entry(f"{case}/{what}_messages_vs_pace_us", t_msg * 1e6, "us", t_pace * 1e6))
             results.append(_entry(f"{case}/{what}_pace_installed_us", t_inst[0] * 1e6, "us", t_inst[1] * 1e6))
