@@ -15,25 +15,19 @@ use std::ptr::NonNull;
 
 /// One quantity of an update.
 pub struct Quantity<'py, T: Element> {
-    /// The array the update works on.
-    pub array: NDBuffer<CpuBackend, T>,
+    /// The array the update works on (taken out only by `drop`, to give a node array
+    /// back).
+    pub array: Option<NDBuffer<CpuBackend, T>>,
     /// The node array it was taken from, given back on drop.
     node: Option<Bound<'py, NodeArray>>,
 }
 
 impl<T: Element> Drop for Quantity<'_, T> {
     fn drop(&mut self) {
-        if let Some(node) = &self.node {
-            let array = std::mem::replace(&mut self.array, placeholder());
+        if let (Some(node), Some(array)) = (&self.node, self.array.take()) {
             node.get().put(array);
         }
     }
-}
-
-/// An empty array (no memory), put in a given-back quantity's place.
-fn placeholder<T: Element>() -> NDBuffer<CpuBackend, T> {
-    // An empty array allocates nothing and cannot fail.
-    NDBuffer::empty(crate::node::cpu(), &[0], gpubuf_core::Order::C).unwrap_or_else(|_| unreachable!())
 }
 
 /// The address of a numpy array's element `[0, ..., 0]` and its `writeable` flag, read
@@ -97,7 +91,7 @@ fn quantity<'py, T: Element + numpy::Element>(
     let memory = unsafe { CpuMemory::adopt_raw(ptr, s.len, owner) }.py()?;
     let layout = Layout::new(arr.shape().to_vec(), s.strides, s.offset).py()?;
     let array = NDBuffer::from_buffer_layout(Buffer::from_memory(cpu, memory), layout).py()?;
-    Ok(Quantity { array, node: None })
+    Ok(Quantity { array: Some(array), node: None })
 }
 
 fn from_node<'py, T: Element>(node: &Bound<'py, NodeArray>, k: usize) -> PyResult<Quantity<'py, T>> {
@@ -109,15 +103,16 @@ fn from_node<'py, T: Element>(node: &Bound<'py, NodeArray>, k: usize) -> PyResul
             invalid(format!("quantity {k} has dtype {} for an updater of {}", d.name(), T::DTYPE.name()))
         }
     })?;
-    Ok(Quantity { array, node: Some(node.clone()) })
+    Ok(Quantity { array: Some(array), node: Some(node.clone()) })
 }
 
 /// The bytes a quantity's elements lie in.
 fn extent<T: Element>(q: &Quantity<'_, T>) -> Option<(usize, usize)> {
-    let b = q.array.buffer();
+    let array = q.array.as_ref()?;
+    let b = array.buffer();
     let base = b.memory().as_ptr() as usize + b.offset();
     let item = T::DTYPE.size() as isize;
-    let layout = q.array.layout();
+    let layout = array.layout();
     let strides: Vec<isize> = layout.strides().iter().map(|&s| s.saturating_mul(item)).collect();
     let data = base.checked_add(layout.offset().checked_mul(T::DTYPE.size())?)?;
     byte_extent(data, layout.shape(), &strides, T::DTYPE.size())

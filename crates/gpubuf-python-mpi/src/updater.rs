@@ -315,9 +315,9 @@ fn over_quantities<T: Element + numpy::Element, R>(
             return Err(e);
         }
     };
-    let mut rx: Vec<&mut Array<T>> = qx.iter_mut().map(|q| &mut q.array).collect();
+    let mut rx: Vec<&mut Array<T>> = qx.iter_mut().filter_map(|q| q.array.as_mut()).collect();
     let mut ry: Option<Vec<&mut Array<T>>> =
-        qy.as_mut().map(|v| v.iter_mut().map(|q| &mut q.array).collect());
+        qy.as_mut().map(|v| v.iter_mut().filter_map(|q| q.array.as_mut()).collect());
     let job = Unbound((&mut *u, &mut rx, &mut ry, f));
     let done = py.detach(move || {
         let (u, rx, ry, f) = job.get();

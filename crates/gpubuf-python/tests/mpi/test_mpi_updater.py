@@ -247,3 +247,16 @@ def test_the_native_module_takes_communicators_never_addresses():
     with gm.HaloUpdater(COMM, gm.TilePartitioner(layout()), [spec()], name="addr") as up:
         with pytest.raises(gpubuf.InvalidArgumentError):
             up._native.time_updates(12345, [interior_only(global_field(0.0))])
+
+
+def test_partitioner_arguments():
+    tile = gm.TilePartitioner((2, 2))
+    assert tile.total_ranks == 4 and gm.CubedSpherePartitioner(2).total_ranks == 24
+    assert sorted(n for _, n, _ in tile.neighbors(0)) == [1, 1, 2, 2, 3, 3, 3, 3]
+    for bad in (-1, 4, 2**70):
+        with pytest.raises((gpubuf.InvalidArgumentError, OverflowError)):
+            tile.neighbors(bad)
+    with pytest.raises(gpubuf.InvalidArgumentError):
+        gm.TilePartitioner((0, 3))
+    with pytest.raises(gpubuf.InvalidArgumentError, match="square"):
+        gm.CubedSpherePartitioner(gm.TilePartitioner((1, 2)))
