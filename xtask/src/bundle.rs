@@ -12,39 +12,60 @@ const RUN_SH: &str = r#"#!/usr/bin/env bash
 # Runs every gpubuf test binary with CUDA required, every benchmark on cuda and cpu, and
 # the demo; logs and JSON go to $OUT (default: out/ beside this script). One summary line
 # per step; exits non-zero when any step failed (a backend that is not there included).
-# Needs the NVIDIA driver only: gpubuf's own kernels are embedded compiled. NVRTC (the
-# CUDA toolkit, or `pip install nvidia-cuda-nvrtc-cu12` with its lib folder on
-# LD_LIBRARY_PATH) is used for the user-kernel tests, and required where it is found.
+# Needs the NVIDIA driver only: gpubuf's own kernels are embedded compiled. NVRTC is
+# used for the user-kernel tests and required only where a library the binaries load
+# (cudarc's names: libnvrtc.so, .so.12, .so.11) is found; OpenCL is required only where
+# NVIDIA's platform is registered and libOpenCL.so.1 loads. Each step has a time limit
+# (STEP_TIMEOUT seconds, default 300); test binaries run JOBS at a time (default 4); the
+# benchmarks run on BENCH_BACKENDS (default "cuda cpu"). Where python/ holds a wheel, the
+# Python tests run with it (python3 with numpy and pytest; CuPy and PyTorch where present).
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
   [ -d "$d" ] && export LD_LIBRARY_PATH="$d:${LD_LIBRARY_PATH:-}"
 done
+# has_lib NAME...: whether the dynamic loader finds one of these file names.
+has_lib() {
+  local n d
+  for n in "$@"; do
+    ldconfig -p 2>/dev/null | grep -q " $n " && return 0
+    for d in ${LD_LIBRARY_PATH//:/ }; do [ -e "$d/$n" ] && return 0; done
+  done
+  return 1
+}
 require=cpu,cuda
-if ldconfig -p 2>/dev/null | grep -q 'libnvrtc\.so' || ls /usr/local/cuda/lib64/libnvrtc.so* >/dev/null 2>&1; then
-  require=$require,nvrtc
+has_lib libnvrtc.so libnvrtc.so.12 libnvrtc.so.11 && require=$require,nvrtc
+if ls /etc/OpenCL/vendors/nvidia*.icd >/dev/null 2>&1 && has_lib libOpenCL.so.1; then
+  require=$require,opencl
 fi
-# NVIDIA's driver ships an OpenCL platform: where one is registered, OpenCL must run too.
-if ls /etc/OpenCL/vendors/nvidia*.icd >/dev/null 2>&1; then require=$require,opencl; fi
 export GPUBUF_REQUIRE=${GPUBUF_REQUIRE:-$require}
+limit=${STEP_TIMEOUT:-300}
+jobs=${JOBS:-4}
 out=${OUT:-$here/out}
-mkdir -p "$out"
+mkdir -p "$out/rc"
 summary=()
 failed=0
+# record NAME RC: one summary line.
+record() {
+  if [ "$2" -eq 0 ]; then
+    summary+=("ok      $1")
+  elif [ "$2" -eq 124 ]; then
+    summary+=("FAILED  $1 (timed out after ${limit}s, log: $out/$1.log)")
+    failed=$((failed + 1))
+  else
+    summary+=("FAILED  $1 (exit $2, log: $out/$1.log)")
+    failed=$((failed + 1))
+  fi
+}
 # step NAME COMMAND...: runs COMMAND with its output in $out/NAME.log.
 step() {
   local name=$1
   shift
   echo "== $name"
-  "$@" >"$out/$name.log" 2>&1
+  timeout "$limit" "$@" >"$out/$name.log" 2>&1
   local rc=$?
   tail -n 3 "$out/$name.log"
-  if [ $rc -eq 0 ]; then
-    summary+=("ok      $name")
-  else
-    summary+=("FAILED  $name (exit $rc, log: $out/$name.log)")
-    failed=$((failed + 1))
-  fi
+  record "$name" $rc
 }
 # bench NAME BACKEND: the benchmark's JSON in $out/bench_NAME_BACKEND.json, its plot beside.
 bench() {
@@ -53,20 +74,75 @@ bench() {
 }
 step gpu nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
 step info "$here/gpubuf" info
+# The test binaries, JOBS at a time; each writes its exit status to $out/rc/NAME.
+names=()
 for t in "$here"/tests/*; do
-  step "test_$(basename "$t")" "$t" --test-threads=4
+  name="test_$(basename "$t")"
+  names+=("$name")
+  while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do sleep 0.2; done
+  (timeout "$limit" "$t" --test-threads=4 >"$out/$name.log" 2>&1; echo $? >"$out/rc/$name") &
 done
-for b in cuda cpu; do
+wait
+for name in "${names[@]}"; do
+  echo "== $name"
+  tail -n 3 "$out/$name.log"
+  record "$name" "$(cat "$out/rc/$name" 2>/dev/null || echo 1)"
+done
+for b in ${BENCH_BACKENDS:-cuda cpu}; do
   for name in copy pool bufferizer mirror halo demo; do
     bench "$name" "$b"
   done
 done
+# The Python tests, on CUDA too, where the bundle carries a wheel and python3 has numpy
+# and pytest (the MPI tests need mpirun and are left to the MPI step of test-all).
+if ls "$here"/python/*.whl >/dev/null 2>&1; then
+  step python sh -c 'rm -rf "$1/site" && python3 -m pip install -q --no-deps --no-index \
+      --target "$1/site" "$0"/python/*.whl && cd "$0/python/tests" && PYTHONPATH="$1/site" \
+      python3 -m pytest -q -p no:cacheprovider --ignore mpi -ra .' "$here" "$out"
+fi
 step demo_cuda "$here/gpubuf" demo --backend cuda --size 512 --steps 200 --out "$out/demo_cuda.png"
 echo "== summary (GPUBUF_REQUIRE=$GPUBUF_REQUIRE, logs in $out)"
 printf '%s\n' "${summary[@]}"
 echo "${#summary[@]} steps, $failed failed"
 [ $failed -eq 0 ]
 "#;
+
+/// The wheel (built as `cargo xtask wheel` builds it, CUDA included) and the Python tests,
+/// under `dir`; true on success.
+fn python_part(dir: &Path) -> bool {
+    let wheel = match crate::wheel::build() {
+        Ok(w) => w,
+        Err(e) => {
+            eprintln!("xtask: building the wheel failed: {e}");
+            return false;
+        }
+    };
+    let Some(name) = wheel.file_name() else { return false };
+    let tests = crate::wheel::root().join("crates/gpubuf-python/tests");
+    std::fs::create_dir_all(dir).is_ok()
+        && std::fs::copy(&wheel, dir.join(name)).is_ok()
+        && copy_tree(&tests, &dir.join("tests"))
+}
+
+/// Copies the files of `from` (skipping caches) to `to`, recursively.
+fn copy_tree(from: &Path, to: &Path) -> bool {
+    let Ok(entries) = std::fs::read_dir(from) else { return false };
+    if std::fs::create_dir_all(to).is_err() {
+        return false;
+    }
+    entries.flatten().all(|e| {
+        let name = e.file_name();
+        if name == "__pycache__" || name == ".pytest_cache" {
+            return true;
+        }
+        let path = e.path();
+        if path.is_dir() {
+            copy_tree(&path, &to.join(&name))
+        } else {
+            std::fs::copy(&path, to.join(&name)).is_ok()
+        }
+    })
+}
 
 /// Builds the bundle; true on success.
 pub fn build() -> bool {
@@ -82,8 +158,10 @@ pub fn build() -> bool {
         "gpu",
         "-p",
         "gpubuf-testkit",
+        "-p",
+        "gpubuf-cuda",
         "--features",
-        "cuda,opencl",
+        "gpubuf-testkit/cuda,gpubuf-testkit/opencl",
         "--message-format=json",
     ])) else {
         eprintln!("xtask: building the test binaries failed");
@@ -96,7 +174,14 @@ pub fn build() -> bool {
             if let Some(exe) = v["executable"].as_str() {
                 let name =
                     Path::new(exe).file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-                let short = name.rsplit_once('-').map(|(a, _)| a.to_string()).unwrap_or(name);
+                let mut short = name.rsplit_once('-').map(|(a, _)| a.to_string()).unwrap_or(name);
+                if dir.join("tests").join(&short).exists() {
+                    // Two packages' tests of one name: the second keeps its package's name.
+                    let package = v["manifest_path"].as_str().map(Path::new).and_then(|m| m.parent());
+                    let package =
+                        package.and_then(|p| p.file_name()).map(|n| n.to_string_lossy().into_owned());
+                    short = format!("{}_{short}", package.unwrap_or_default());
+                }
                 if std::fs::copy(exe, dir.join("tests").join(short)).is_ok() {
                     copied += 1;
                 }
@@ -110,14 +195,18 @@ pub fn build() -> bool {
         eprintln!("xtask: building the gpubuf binary failed");
         return false;
     };
-    let ok =
-        std::fs::copy(&cli, dir.join("gpubuf")).is_ok() && std::fs::write(dir.join("run.sh"), RUN_SH).is_ok();
+    let ok = std::fs::copy(&cli, dir.join("gpubuf")).is_ok()
+        && std::fs::write(dir.join("run.sh"), RUN_SH).is_ok()
+        && python_part(&dir.join("python"));
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;
         let _ = std::fs::set_permissions(dir.join("run.sh"), std::fs::Permissions::from_mode(0o755));
     }
-    println!("gpu-bundle: {copied} test binaries, the gpubuf binary and run.sh in {}", dir.display());
+    println!(
+        "gpu-bundle: {copied} test binaries, the gpubuf binary, the wheel, the Python tests and run.sh in {}",
+        dir.display()
+    );
     ok && copied > 0
 }
 
@@ -143,8 +232,14 @@ mod tests {
     }
 
     fn run(dir: &Path) -> (bool, String) {
+        run_with(dir, &[])
+    }
+
+    fn run_with(dir: &Path, env: &[(&str, &Path)]) -> (bool, String) {
         let out = Command::new("bash")
             .arg(dir.join("run.sh"))
+            .envs(env.iter().copied())
+            .env_remove("GPUBUF_REQUIRE")
             .env("OUT", dir.join("out"))
             .env("PATH", format!("{}:/usr/bin:/bin", dir.join("no-such-dir").display()))
             .output();
@@ -169,6 +264,32 @@ mod tests {
         if !Path::new("/usr/bin/nvidia-smi").exists() && !Path::new("/bin/nvidia-smi").exists() {
             assert!(stdout.contains("FAILED  gpu"), "{stdout}");
         }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// NVRTC is required only under a name cudarc loads (a CUDA 13 `libnvrtc.so.13` alone is
+    /// not one), OpenCL only where NVIDIA's platform could load: a dry run against fake
+    /// library folders.
+    #[test]
+    fn requirements_follow_the_libraries_the_binaries_can_load() {
+        let dir = std::env::temp_dir().join(format!("gpubuf-bundle-libs-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(bundle(&dir, false).is_ok());
+        let libs = dir.join("libs");
+        assert!(std::fs::create_dir_all(&libs).is_ok());
+        let line =
+            |stdout: &str| stdout.lines().find(|l| l.starts_with("== summary")).unwrap_or("").to_string();
+        assert!(std::fs::write(libs.join("libnvrtc.so.13"), b"").is_ok());
+        let (_, stdout) = run_with(&dir, &[("LD_LIBRARY_PATH", &libs)]);
+        let has_nvrtc_elsewhere = Path::new("/usr/local/cuda/lib64").exists();
+        if !has_nvrtc_elsewhere {
+            assert!(line(&stdout).contains("GPUBUF_REQUIRE=cpu,cuda,"), "{stdout}");
+            assert!(!line(&stdout).contains("nvrtc"), "libnvrtc.so.13 alone: {stdout}");
+        }
+        assert!(std::fs::write(libs.join("libnvrtc.so.12"), b"").is_ok());
+        let (_, stdout) = run_with(&dir, &[("LD_LIBRARY_PATH", &libs)]);
+        assert!(line(&stdout).contains("GPUBUF_REQUIRE=cpu,cuda,nvrtc"), "{stdout}");
+        assert!(!line(&stdout).contains("opencl") || Path::new("/etc/OpenCL/vendors").exists(), "{stdout}");
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

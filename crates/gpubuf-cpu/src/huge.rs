@@ -18,6 +18,34 @@ pub const HUGE_FROM: usize = 2 << 20;
 #[cfg_attr(miri, allow(dead_code))] // the mapping is compiled out under Miri
 const HUGE_PAGE: usize = 2 << 20;
 
+/// The most one allocation may take: the machine's memory and swap together (`sysinfo`,
+/// read once), or `None` where that is not known (off Linux, under Miri). Where the kernel
+/// overcommits, a mapping larger than the machine succeeds and the first writes to it end
+/// the process; gpubuf refuses such a request instead.
+#[cfg(all(target_os = "linux", not(miri)))]
+pub(crate) fn memory_limit() -> Option<usize> {
+    static LIMIT: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
+    *LIMIT.get_or_init(|| {
+        let mut info = std::mem::MaybeUninit::<libc::sysinfo>::zeroed();
+        // SAFETY: `sysinfo` writes the struct it is given, which lives for the call.
+        if unsafe { libc::sysinfo(info.as_mut_ptr()) } != 0 {
+            return None;
+        }
+        // SAFETY: written by the successful call above (and zeroed before it).
+        let info = unsafe { info.assume_init() };
+        let bytes = u64::from(info.totalram)
+            .checked_add(u64::from(info.totalswap))?
+            .checked_mul(u64::from(info.mem_unit.max(1)))?;
+        usize::try_from(bytes).ok().filter(|&b| b > 0)
+    })
+}
+
+/// Off Linux and under Miri the limit is not known: the allocator decides.
+#[cfg(not(all(target_os = "linux", not(miri))))]
+pub(crate) fn memory_limit() -> Option<usize> {
+    None
+}
+
 /// Writes one byte per 4 KiB page so every page is resident.
 pub(crate) fn touch(ptr: NonNull<u8>, len: usize) {
     for page in (0..len).step_by(4096) {

@@ -123,13 +123,19 @@ impl CpuMemory {
         Ok(unsafe { Self::adopted(ptr, len, release) })
     }
 
-    /// Allocates `len` zeroed bytes; with `touch`, writes every page so it is resident.
+    /// Allocates `len` zeroed bytes; with `touch`, writes every page so it is resident. A
+    /// request past the machine's memory and swap is refused before anything is mapped
+    /// (where the kernel overcommits, the mapping would succeed and its first writes would
+    /// end the process).
     pub(crate) fn new(len: usize, touch: bool) -> Result<Self> {
         if len == 0 {
             // Dangling but aligned and non-null: the empty slices formed from it are valid.
             let ptr = NonNull::new(std::ptr::without_provenance_mut::<u8>(ALIGN))
                 .ok_or_else(|| Error::invalid("null"))?;
             return Ok(CpuMemory { ptr, len, mapped: 0, borrows: Borrows::default(), release: None });
+        }
+        if let Some(limit) = crate::huge::memory_limit().filter(|&l| len > l) {
+            return Err(Error::OutOfMemory { requested: len, available: Some(limit), pool: None });
         }
         if let Some((ptr, mapped)) = crate::huge::map(len) {
             if touch {
@@ -336,6 +342,23 @@ mod tests {
     use super::*;
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Arc;
+
+    /// A request past the machine's memory is refused with the limit, before any mapping
+    /// (on a kernel that overcommits, the mapping would succeed and its pages would be
+    /// written until the process is killed).
+    #[test]
+    fn a_request_past_the_machine_is_refused_before_mapping() {
+        let Some(limit) = crate::huge::memory_limit() else { return };
+        for len in [limit + 1, limit.saturating_mul(2), usize::MAX / 2, usize::MAX] {
+            match CpuMemory::new(len, true) {
+                Err(Error::OutOfMemory { requested, available, .. }) => {
+                    assert_eq!((requested, available), (len, Some(limit)));
+                }
+                other => panic!("{len} bytes: {other:?}"),
+            }
+        }
+        assert!(CpuMemory::new(4 << 20, true).is_ok(), "a small request still succeeds");
+    }
 
     /// Counts its drops; holds the storage it stands for.
     struct Owner {

@@ -191,6 +191,17 @@ pub(crate) fn load(e: &Embedded, source: &str, major: u32, minor: u32) -> Result
 fn nvrtc_cubin(name: &str, source: &str, major: u32, minor: u32) -> Result<Vec<u8>> {
     let _span = tracing::debug_span!("cuda.nvrtc", source = name).entered();
     let build = |log: String| Error::Build { backend: BackendKind::Cuda, log };
+    let arch = major.saturating_mul(10).saturating_add(minor);
+    let archs = nvrtc_archs();
+    if let (Some(lo), Some(hi)) = (archs.first(), archs.last()) {
+        if !archs.contains(&arch) {
+            return Err(build(format!(
+                "the installed NVRTC compiles for sm_{lo} to sm_{hi}, not for compute capability \
+                 {major}.{minor} (sm_{arch}): install an NVRTC that still supports it (CUDA 12 \
+                 covers sm_50 to sm_90)"
+            )));
+        }
+    }
     let src = CString::new(source).map_err(|_| Error::invalid("CUDA source holds a NUL byte"))?;
     let cname = CString::new(name).map_err(|_| Error::invalid("source name holds a NUL byte"))?;
     let prog = Program(nv::create_program(&src, Some(&cname)).map_err(|e| build(format!("{e:?}")))?);
@@ -210,6 +221,23 @@ fn nvrtc_cubin(name: &str, source: &str, major: u32, minor: u32) -> Result<Vec<u
             .map_err(|e| build(format!("{e:?}")))?;
         Ok(cubin)
     }
+}
+
+/// The architectures the loaded NVRTC compiles for, ascending (empty if it cannot say).
+pub(crate) fn nvrtc_archs() -> Vec<u32> {
+    let mut n: std::ffi::c_int = 0;
+    // SAFETY: writes one int.
+    if unsafe { nvsys::nvrtcGetNumSupportedArchs(&mut n) }.result().is_err() || n <= 0 {
+        return Vec::new();
+    }
+    let mut archs = vec![0 as std::ffi::c_int; n as usize];
+    // SAFETY: the buffer holds the `n` ints NVRTC reported.
+    if unsafe { nvsys::nvrtcGetSupportedArchs(archs.as_mut_ptr()) }.result().is_err() {
+        return Vec::new();
+    }
+    let mut archs: Vec<u32> = archs.into_iter().filter_map(|a| u32::try_from(a).ok()).collect();
+    archs.sort_unstable();
+    archs
 }
 
 fn text(raw: Vec<c_char>) -> String {
@@ -314,7 +342,7 @@ mod tests {
 
     /// The run-time fallback, compiled by whatever NVRTC is installed (no GPU needed).
     #[test]
-    fn nvrtc_compiles_a_cubin_for_a_pre_volta_device() {
+    fn nvrtc_compiles_a_cubin_for_the_oldest_device_it_can() {
         let required = std::env::var("GPUBUF_REQUIRE").map(|v| v.contains("nvrtc")).unwrap_or(false);
         if let Err(e) = nvrtc_available() {
             assert!(!required, "NVRTC required (GPUBUF_REQUIRE has nvrtc) but unavailable: {e}");
@@ -322,11 +350,25 @@ mod tests {
             return;
         }
         let source = include_str!("../../../kernels/cuda/plan.cu");
-        let cubin = nvrtc_cubin("plan.cu", source, 6, 1).expect("plan.cu compiles for sm_61");
+        let archs = nvrtc_archs();
+        // sm_61 where this NVRTC still compiles for it (CUDA 12); CUDA 13 starts at sm_75,
+        // and then the refusal names the range and the oldest one is compiled instead.
+        let (major, minor) = if archs.contains(&61) {
+            (6, 1)
+        } else {
+            let refused = nvrtc_cubin("plan.cu", source, 6, 1);
+            assert!(
+                matches!(&refused, Err(Error::Build { log, .. }) if log.contains("compute capability 6.1")),
+                "{refused:?}"
+            );
+            let oldest = *archs.first().expect("NVRTC lists its architectures");
+            (oldest / 10, oldest % 10)
+        };
+        let cubin = nvrtc_cubin("plan.cu", source, major, minor).expect("plan.cu compiles");
         assert_eq!(&cubin[..4], b"\x7fELF");
-        assert_eq!(le::<4>(&cubin, 48) & 0xff, 61, "e_flags: sm_61");
+        assert_eq!(le::<4>(&cubin, 48) & 0xff, u64::from(major * 10 + minor), "e_flags: the architecture");
         assert!(cubin.windows(16).any(|w| w == b".text.scatter_8\0"));
-        let bad = nvrtc_cubin("bad.cu", "this is not CUDA", 6, 1);
+        let bad = nvrtc_cubin("bad.cu", "this is not CUDA", major, minor);
         assert!(matches!(bad, Err(Error::Build { .. })), "{bad:?}");
     }
 

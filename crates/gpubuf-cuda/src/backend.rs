@@ -76,6 +76,9 @@ impl CudaBackend {
             "memory pools supported",
         )
         .unwrap_or(0);
+        if pools != 0 {
+            keep_pool_memory(ctx.cu_device());
+        }
         let streams = StreamSet::of(&ctx);
         let default_stream = new_stream(&ctx, &streams)?;
         Ok(CudaBackend {
@@ -172,6 +175,33 @@ fn new_stream(ctx: &Arc<CudaContext>, streams: &Arc<StreamSet>) -> Result<CudaSt
 static NEXT_STREAM_ID: AtomicU64 = AtomicU64::new(1);
 
 /// A new stream identity (a u64 counter does not wrap in any process's lifetime).
+/// Sets the release threshold of the device's current memory pool (the one
+/// `cuMemAllocAsync` draws from) to its maximum: with the driver's default of 0 every
+/// synchronisation hands freed memory back to the system and the next stream-ordered
+/// allocation maps it again. Memory freed by gpubuf then stays with the pool for the next
+/// allocation of this process (`cuMemPoolTrimTo` gives it back). A driver that refuses
+/// leaves the default, with a warning: allocations still work, only slower.
+fn keep_pool_memory(device: cudarc::driver::sys::CUdevice) {
+    use cudarc::driver::sys::{cuDeviceGetMemPool, cuMemPoolSetAttribute, CUmemPool_attribute, CUresult};
+    let mut pool = std::mem::MaybeUninit::uninit();
+    let mut threshold: u64 = u64::MAX;
+    // SAFETY: `pool` is written by the driver before it is read (only on success);
+    // `threshold` is the u64 (`cuuint64_t`) this attribute takes, alive for the call.
+    let r = unsafe {
+        match cuDeviceGetMemPool(pool.as_mut_ptr(), device) {
+            CUresult::CUDA_SUCCESS => cuMemPoolSetAttribute(
+                pool.assume_init(),
+                CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+                (&mut threshold as *mut u64).cast(),
+            ),
+            e => e,
+        }
+    };
+    if r != CUresult::CUDA_SUCCESS {
+        tracing::warn!(?r, "the CUDA memory pool keeps its release threshold");
+    }
+}
+
 pub(crate) fn next_stream_id() -> u64 {
     NEXT_STREAM_ID.fetch_add(1, Ordering::Relaxed)
 }

@@ -9,6 +9,7 @@
 use crate::backend::CudaBackend;
 use crate::error::{driver, maybe_oom, unavailable};
 use crate::memory::{CudaMemory, CudaStream};
+use crate::order::Ready;
 use cudarc::driver::result;
 use cudarc::driver::sys::{CUfunction, CUmodule};
 use gpubuf_core::encode::{encode_blocks, BlockShape};
@@ -136,12 +137,21 @@ impl PreparedPlan for CudaPlan {
     }
 }
 
+/// A plan table in device memory: allocated and filled on the default stream, with its
+/// `Ready` event recorded after the copy, so a launch on any stream (a non-blocking one
+/// adopted from cudarc too) waits for the table, and nothing else waits for it.
 fn upload_words(b: &CudaBackend, words: &[i64]) -> Result<CudaMemory> {
-    let mem = b.allocate(std::mem::size_of_val(words))?;
+    let mut mem = b.allocate(std::mem::size_of_val(words))?;
     if !words.is_empty() {
         b.bind()?;
-        // SAFETY: `mem` holds exactly the words' bytes; the copy is synchronous.
-        unsafe { result::memcpy_htod_sync(mem.ptr, words) }.map_err(|e| driver(e, "cuMemcpyHtoD"))?;
+        let home = gpubuf_core::Backend::default_stream(b);
+        // SAFETY: `mem` holds exactly the words' bytes, allocated on `home` (the copy is
+        // queued after the allocation); from pageable memory the driver stages the bytes
+        // before returning, so `words` may be dropped at once.
+        unsafe { result::memcpy_htod_async(mem.ptr, words, home.raw) }
+            .map_err(|e| driver(e, "cuMemcpyHtoDAsync"))?;
+        let after = Ready::record(&mem.ctx, home.id, home.raw).map_err(|e| driver(e, "cuEventRecord"))?;
+        mem.ready = Some(after);
     }
     Ok(mem)
 }

@@ -10,11 +10,13 @@ import pytest
 
 import gpubuf
 
-BACKENDS = ["cpu", "opencl"]
-
-
 def _required():
     return {n.strip() for n in os.environ.get("GPUBUF_REQUIRE", "").split(",") if n.strip()}
+
+
+# CUDA joins the backends where it is required (a machine with a GPU): elsewhere every
+# backend test would only add a skip.
+BACKENDS = ["cpu", "opencl"] + (["cuda"] if "cuda" in _required() else [])
 
 
 @pytest.fixture(params=BACKENDS)

@@ -138,6 +138,21 @@ pub fn run_cuda(f: impl FnOnce(&gpubuf::cuda::CudaBackend) -> Result<()>) {
     }
 }
 
+/// Runs `f` on CUDA where NVRTC can compile user kernels too, or skips with the reason
+/// (a failure where `GPUBUF_REQUIRE` names `nvrtc`): a machine with the driver alone
+/// runs gpubuf's own kernels but compiles no source at run time.
+#[cfg(feature = "cuda")]
+pub fn run_cuda_nvrtc(f: impl FnOnce(&gpubuf::cuda::CudaBackend) -> Result<()>) {
+    let Some(b) = cuda() else { return };
+    if let Err(e) = gpubuf::cuda::nvrtc_available() {
+        let wanted = std::env::var("GPUBUF_REQUIRE").is_ok_and(|v| v.split(',').any(|s| s.trim() == "nvrtc"));
+        assert!(!wanted, "nvrtc is required (GPUBUF_REQUIRE) but unavailable: {e}");
+        say(&format!("cuda user kernels skipped: {e}"));
+        return;
+    }
+    check(BackendKind::Cuda, f(&b));
+}
+
 #[cfg(feature = "opencl")]
 #[doc(hidden)]
 #[macro_export]

@@ -10,7 +10,7 @@ use gpubuf::kernel::{KernelArg, Launch};
 use gpubuf::{Backend, Error, NDBuffer, Result};
 use std::time::Duration;
 
-use super::cuda::KERNELS;
+use super::cuda::{run_nvrtc, KERNELS};
 
 fn run(f: impl FnOnce(&CudaBackend) -> Result<()>) {
     gpubuf_testkit::run_cuda(f);
@@ -75,7 +75,7 @@ fn memory_and_streams_gpubuf_owns_are_not_taken_over_again() {
 /// by `launch` before anything runs, and taken by the `unsafe` `launch_raw`.
 #[test]
 fn a_pointer_parameter_takes_gpubuf_memory_only_at_launch() {
-    run(|cu| {
+    run_nvrtc(|cu| {
         let nd = NDBuffer::<_, f32>::zeros(cu, &[64])?;
         let v = nd.slice(&[8..40])?;
         let k = cu.user_kernel(KERNELS, "", "iota")?;
@@ -107,7 +107,7 @@ static ONE: [i32; 1] = [1];
 /// later from a stream gpubuf does not know, and the free (on the default stream) waits.
 #[test]
 fn a_buffer_dropped_after_a_launch_on_a_user_stream_outlives_the_kernel() {
-    run(|cu| {
+    run_nvrtc(|cu| {
         let flag = NDBuffer::<_, i32>::zeros(cu, &[1])?;
         let out = NDBuffer::<_, f32>::zeros(cu, &[32])?;
         cu.synchronize(cu.default_stream())?;
