@@ -1,7 +1,9 @@
 // Copy-plan gather and scatter for gpubuf's CUDA backend.
 //
 // The same algorithm as kernels/opencl/plan_blocks.cl (OpenCL on GPUs); a change to one
-// is made to both. The host cuts the plan into blocks (gpubuf-core's encode.rs
+// is made to both. Only the block shape differs: 4096 elements and 64 x 64 tiles here,
+// 1024 and 32 x 32 there (the host's BLOCK_ELEMS of each backend says which). The host
+// cuts the plan into blocks (gpubuf-core's encode.rs
 // `encode_blocks`, ELEMS elements per block): segment records of SEG_WORDS long longs
 // (source, offset, e0..e3, s0..s3, dst, negate, mode, len; dims merged where the source is
 // dense across them) and `groups`, the prefix sums of the segments' block counts. One
@@ -24,8 +26,8 @@
 #define MODE_TILE 1
 #define MAX_SOURCES 256
 #define THREADS 256
-#define ELEMS 1024
-#define TILE 32
+#define ELEMS 4096
+#define TILE 64
 #define PER_THREAD (ELEMS / THREADS)
 
 struct SrcTable {

@@ -4,7 +4,7 @@
 //! fails when any step failed.
 
 use crate::artifacts::build_executable;
-use crate::sh::capture;
+use crate::sh::{capture, run_ok};
 use std::path::Path;
 use std::process::Command;
 
@@ -14,8 +14,8 @@ const RUN_SH: &str = r#"#!/usr/bin/env bash
 # per step; exits non-zero when any step failed (a backend that is not there included).
 # Needs the NVIDIA driver only: gpubuf's own kernels are embedded compiled. NVRTC is
 # used for the user-kernel tests and required only where a library the binaries load
-# (cudarc's names: libnvrtc.so, .so.12, .so.11) is found; OpenCL is required only where
-# NVIDIA's platform is registered and libOpenCL.so.1 loads. Each step has a time limit
+# (cudarc's names: libnvrtc.so, .so.12, .so.11) is found; OpenCL is required, on NVIDIA's
+# device, only where `gpubuf info` lists NVIDIA's OpenCL platform. Each step has a time limit
 # (STEP_TIMEOUT seconds, default 300); test binaries run JOBS at a time (default 4); the
 # benchmarks run on BENCH_BACKENDS (default "cuda cpu"). Where python/ holds a wheel, the
 # Python tests run with it (python3 with numpy and pytest; CuPy and PyTorch where present).
@@ -35,8 +35,10 @@ has_lib() {
 }
 require=cpu,cuda
 has_lib libnvrtc.so libnvrtc.so.12 libnvrtc.so.11 && require=$require,nvrtc
-if ls /etc/OpenCL/vendors/nvidia*.icd >/dev/null 2>&1 && has_lib libOpenCL.so.1; then
+# NVIDIA's OpenCL platform, where gpubuf sees it: OpenCL is required and runs there.
+if "$here/gpubuf" info 2>/dev/null | grep -q '(NVIDIA CUDA)'; then
   require=$require,opencl
+  export GPUBUF_OPENCL_DEVICE=${GPUBUF_OPENCL_DEVICE:-nvidia}
 fi
 export GPUBUF_REQUIRE=${GPUBUF_REQUIRE:-$require}
 limit=${STEP_TIMEOUT:-300}
@@ -97,11 +99,12 @@ done
 # and pytest (the MPI tests need mpirun and are left to the MPI step of test-all).
 if ls "$here"/python/*.whl >/dev/null 2>&1; then
   step python sh -c 'rm -rf "$1/site" && python3 -m pip install -q --no-deps --no-index \
-      --target "$1/site" "$0"/python/*.whl && cd "$0/python/tests" && PYTHONPATH="$1/site" \
+      --target "$1/site" "$0"/python/*.whl && cd "$0/python/crates/gpubuf-python/tests" && \
+      PYTHONPATH="$1/site" \
       python3 -m pytest -q -p no:cacheprovider --ignore mpi -ra .' "$here" "$out"
 fi
 step demo_cuda "$here/gpubuf" demo --backend cuda --size 512 --steps 200 --out "$out/demo_cuda.png"
-echo "== summary (GPUBUF_REQUIRE=$GPUBUF_REQUIRE, logs in $out)"
+echo "== summary (GPUBUF_REQUIRE=$GPUBUF_REQUIRE, GPUBUF_OPENCL_DEVICE=${GPUBUF_OPENCL_DEVICE:-}, logs in $out)"
 printf '%s\n' "${summary[@]}"
 echo "${#summary[@]} steps, $failed failed"
 [ $failed -eq 0 ]
@@ -118,10 +121,13 @@ fn python_part(dir: &Path) -> bool {
         }
     };
     let Some(name) = wheel.file_name() else { return false };
-    let tests = crate::wheel::root().join("crates/gpubuf-python/tests");
-    std::fs::create_dir_all(dir).is_ok()
+    // The repository's layout below `dir`: the tests read docs/python.md from the root.
+    let root = crate::wheel::root();
+    let tests = "crates/gpubuf-python/tests";
+    std::fs::create_dir_all(dir.join("docs")).is_ok()
         && std::fs::copy(&wheel, dir.join(name)).is_ok()
-        && copy_tree(&tests, &dir.join("tests"))
+        && std::fs::copy(root.join("docs/python.md"), dir.join("docs/python.md")).is_ok()
+        && copy_tree(&root.join(tests), &dir.join(tests))
 }
 
 /// Copies the files of `from` (skipping caches) to `to`, recursively.
@@ -207,7 +213,12 @@ pub fn build() -> bool {
         "gpu-bundle: {copied} test binaries, the gpubuf binary, the wheel, the Python tests and run.sh in {}",
         dir.display()
     );
-    ok && copied > 0
+    // One compressed file as well (a third of the size), for transfers with a size limit.
+    let packed = run_ok(Command::new("tar").args(["czf", "gpu-bundle.tar.gz", "gpu-bundle"]));
+    if packed {
+        println!("gpu-bundle: packed into gpu-bundle.tar.gz (unpack with tar xzf, then gpu-bundle/run.sh)");
+    }
+    ok && copied > 0 && packed
 }
 
 #[cfg(test)]
@@ -289,7 +300,12 @@ mod tests {
         assert!(std::fs::write(libs.join("libnvrtc.so.12"), b"").is_ok());
         let (_, stdout) = run_with(&dir, &[("LD_LIBRARY_PATH", &libs)]);
         assert!(line(&stdout).contains("GPUBUF_REQUIRE=cpu,cuda,nvrtc"), "{stdout}");
-        assert!(!line(&stdout).contains("opencl") || Path::new("/etc/OpenCL/vendors").exists(), "{stdout}");
+        assert!(!line(&stdout).contains("opencl"), "no NVIDIA OpenCL platform listed: {stdout}");
+        // `gpubuf info` listing NVIDIA's OpenCL platform: OpenCL required, on that device.
+        let info = "echo '  [1] NVIDIA H200 (NVIDIA CUDA), 139.8 GiB'";
+        assert!(std::fs::write(dir.join("gpubuf"), format!("#!/bin/sh\n{info}\n")).is_ok());
+        let (_, stdout) = run_with(&dir, &[("LD_LIBRARY_PATH", &libs)]);
+        assert!(line(&stdout).contains("nvrtc,opencl, GPUBUF_OPENCL_DEVICE=nvidia,"), "{stdout}");
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

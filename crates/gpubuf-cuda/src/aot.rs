@@ -299,6 +299,17 @@ mod tests {
     }
 
     /// Reads a little-endian integer of `N` bytes at `at`.
+    /// The SM version a cubin is for: the low byte of e_flags in the ELF ABI version 7
+    /// cubins before CUDA 13, the second byte from ABI version 8 (CUDA 13's NVRTC).
+    fn cubin_arch(cubin: &[u8]) -> u64 {
+        let flags = le::<4>(cubin, 48);
+        if cubin[8] >= 8 {
+            (flags >> 8) & 0xff
+        } else {
+            flags & 0xff
+        }
+    }
+
     fn le<const N: usize>(data: &[u8], at: usize) -> u64 {
         let mut b = [0u8; 8];
         b[..N].copy_from_slice(&data[at..at + N]);
@@ -314,8 +325,7 @@ mod tests {
             assert_eq!(&cubin[..4], b"\x7fELF", "sm_{arch}");
             assert_eq!(cubin[4], 2, "sm_{arch}: 64-bit ELF");
             assert_eq!(le::<2>(cubin, 18), 190, "sm_{arch}: e_machine EM_CUDA");
-            // The low byte of a cubin's e_flags is its SM version.
-            assert_eq!(le::<4>(cubin, 48) & 0xff, u64::from(arch), "sm_{arch}: e_flags");
+            assert_eq!(cubin_arch(cubin), u64::from(arch), "sm_{arch}: e_flags");
             for w in [1, 2, 4, 8] {
                 for kernel in [format!("gather_{w}"), format!("scatter_{w}")] {
                     let sym = format!(".text.{kernel}\0");
@@ -366,7 +376,7 @@ mod tests {
         };
         let cubin = nvrtc_cubin("plan.cu", source, major, minor).expect("plan.cu compiles");
         assert_eq!(&cubin[..4], b"\x7fELF");
-        assert_eq!(le::<4>(&cubin, 48) & 0xff, u64::from(major * 10 + minor), "e_flags: the architecture");
+        assert_eq!(cubin_arch(&cubin), u64::from(major * 10 + minor), "e_flags: the architecture");
         assert!(cubin.windows(16).any(|w| w == b".text.scatter_8\0"));
         let bad = nvrtc_cubin("bad.cu", "this is not CUDA", major, minor);
         assert!(matches!(bad, Err(Error::Build { .. })), "{bad:?}");

@@ -3,8 +3,10 @@
 //! [`MAX_SOURCES`] sources; a plan with more is split by source).
 //!
 //! The kernel runs the plan in blocks (gpubuf-core's `encode_blocks`): one CUDA block of
-//! 256 threads per block of 1024 buffer elements or 32 x 32 tile of a transposed segment,
-//! the same algorithm as the OpenCL backend's block kernel on GPUs.
+//! 256 threads per block of 4096 buffer elements or 64 x 64 tile of a transposed segment,
+//! the same algorithm as the OpenCL backend's block kernel on GPUs (which moves blocks of
+//! 1024, 32 x 32 tiles: an 8-byte 64 x 64 tile needs more local memory than some OpenCL
+//! devices have).
 
 use crate::backend::CudaBackend;
 use crate::error::{driver, maybe_oom, unavailable};
@@ -30,9 +32,12 @@ pub const MAX_SOURCES: usize = 256;
 /// Threads per block of the plan kernels (`THREADS` and the launch bounds in plan.cu).
 const BLOCK: u32 = 256;
 
-/// Buffer elements per block (`ELEMS` in plan.cu): four independent moves per thread,
-/// tiles of 32 x 32.
-const BLOCK_ELEMS: usize = 1024;
+/// Buffer elements per block (`ELEMS` in plan.cu): sixteen independent moves per thread,
+/// tiles of 64 x 64. Measured on an H200 (`gpubuf bench copy`, docs/benchmarks.md): blocks
+/// of 1024 spend a third of the time of a contiguous gather finding their segment and
+/// first element (0.67 of a device copy), blocks of 4096 amortise that (0.95); 512
+/// threads a block of 4096 gave 0.85.
+const BLOCK_ELEMS: usize = 4096;
 
 /// Compiles the plan kernels to PTX with NVRTC. Needs libnvrtc only, no GPU, so CI runs it
 /// to catch a broken `.cu` file.

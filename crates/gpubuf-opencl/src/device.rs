@@ -43,6 +43,12 @@ pub fn runtime_available() -> Result<()> {
 /// # Errors
 /// [`gpubuf_core::Error::BackendUnavailable`] without a runtime or platform; driver errors.
 pub fn devices() -> Result<Vec<ClDeviceEntry>> {
+    scan().map(|(found, _)| found)
+}
+
+/// Every device of every platform, and what went wrong on the platforms that gave none
+/// (named in the error of a device choice that matches nothing).
+fn scan() -> Result<(Vec<ClDeviceEntry>, Vec<String>)> {
     runtime_available()?;
     let platforms = match get_platforms() {
         Ok(p) => p,
@@ -52,9 +58,16 @@ pub fn devices() -> Result<Vec<ClDeviceEntry>> {
         Err(e) => return Err(cl(e, "clGetPlatformIDs")),
     };
     let mut out = Vec::new();
+    let mut problems = Vec::new();
     for (pi, p) in platforms.iter().enumerate() {
         let pname = p.name().unwrap_or_default();
-        let ids = p.get_devices(CL_DEVICE_TYPE_ALL).unwrap_or_default();
+        let ids = match p.get_devices(CL_DEVICE_TYPE_ALL) {
+            Ok(ids) => ids,
+            Err(e) => {
+                problems.push(format!("platform {pi} ({}): clGetDeviceIDs failed: {e}", pname.trim()));
+                continue;
+            }
+        };
         for (di, id) in ids.into_iter().enumerate() {
             let device = Device::new(id);
             let info = DeviceInfo {
@@ -79,9 +92,10 @@ pub fn devices() -> Result<Vec<ClDeviceEntry>> {
         }
     }
     if out.is_empty() {
-        return Err(unavailable("no OpenCL device on any platform"));
+        let why = if problems.is_empty() { String::new() } else { format!(" ({})", problems.join("; ")) };
+        return Err(unavailable(format!("no OpenCL device on any platform{why}")));
     }
-    Ok(out)
+    Ok((out, problems))
 }
 
 /// The device named by [`DEVICE_ENV`], or the first one.
@@ -89,7 +103,7 @@ pub fn devices() -> Result<Vec<ClDeviceEntry>> {
 /// # Errors
 /// [`gpubuf_core::Error::BackendUnavailable`] when no device matches.
 pub(crate) fn select() -> Result<ClDeviceEntry> {
-    let all = devices()?;
+    let (all, problems) = scan()?;
     let wanted = std::env::var(DEVICE_ENV).ok().filter(|s| !s.trim().is_empty());
     let Some(w) = wanted else {
         return Ok(all[0].clone());
@@ -111,6 +125,11 @@ pub(crate) fn select() -> Result<ClDeviceEntry> {
             .enumerate()
             .map(|(i, e)| format!("{i} ({}:{}) {}", e.platform_index, e.device_index, e.info.name))
             .collect();
-        unavailable(format!("{DEVICE_ENV}={w} matches no device; devices: {}", names.join(", ")))
+        let problems = if problems.is_empty() {
+            String::new()
+        } else {
+            format!("; without devices: {}", problems.join("; "))
+        };
+        unavailable(format!("{DEVICE_ENV}={w} matches no device; devices: {}{problems}", names.join(", ")))
     })
 }

@@ -34,6 +34,29 @@ pub(crate) fn maybe_oom(code: i32, what: &str, requested: usize) -> Error {
     }
 }
 
+/// `CL_OUT_OF_RESOURCES`.
+const OUT_OF_RESOURCES: i32 = -5;
+
+/// The error of a user kernel's launch: `CL_OUT_OF_RESOURCES` there is the kernel asking
+/// for more than the device gives one work-group (local memory past what the device
+/// really offers, registers, the work-group size), a driver error saying so; the other
+/// allocation failures are [`Error::OutOfMemory`].
+pub(crate) fn launch_error(code: i32, kernel: &str) -> Error {
+    let what = format!("clEnqueueNDRangeKernel({kernel})");
+    if code == OUT_OF_RESOURCES {
+        let mut e = driver(code, &what);
+        if let Error::Driver { message, .. } = &mut e {
+            message.push_str(
+                " (the device cannot give one work-group what the launch asks: local memory, \
+                 registers or work-group size; some devices keep part of the local memory they \
+                 report for themselves)",
+            );
+        }
+        return e;
+    }
+    maybe_oom(code, &what, 0)
+}
+
 /// The error for a missing runtime or device.
 pub(crate) fn unavailable(reason: impl Into<String>) -> Error {
     Error::BackendUnavailable { backend: BackendKind::OpenCl, reason: reason.into() }

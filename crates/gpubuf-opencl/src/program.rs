@@ -38,7 +38,7 @@
 //! # Ok::<(), gpubuf_core::Error>(())
 //! ```
 
-use crate::error::{cl, driver, maybe_oom};
+use crate::error::{cl, driver, launch_error};
 use crate::{ClEvent, ClMemory, ClStream, OpenClBackend};
 use gpubuf_core::kernel::{KernelArg, Launch};
 use gpubuf_core::{BackendKind, Error, Result};
@@ -431,7 +431,7 @@ impl UserKernel {
                 ptr::null(),
             )
         }
-        .map_err(|c| maybe_oom(c, &format!("clEnqueueNDRangeKernel({})", inner.name), 0))?;
+        .map_err(|c| launch_error(c, &inner.name))?;
         let event = ClEvent::created(Event::new(ev));
         stream.queue.flush().map_err(|e| cl(e, "clFlush"))?;
         Ok(event)

@@ -17,7 +17,7 @@ def test_backends_lists_all_three_with_cpu_available():
 
 
 def test_backend_by_name(backend):
-    assert backend.name in ("cpu", "opencl")
+    assert backend.name in ("cpu", "opencl", "cuda")
     assert gpubuf.Backend(backend.name.upper()).name == backend.name
     info = backend.info
     assert info["backend"] == backend.name and isinstance(info["name"], str)

@@ -2,6 +2,7 @@
 checking the report has the JSON shape of `gpubuf bench --json`."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -38,11 +39,14 @@ def test_halo_report(backend):
 
 
 def test_pool_report_from_the_command_line(backend):
+    # os.environ, not the process's C environment: OpenCL implementations edit the latter
+    # when loaded (one removed NVIDIA's library from OCL_ICD_FILENAMES).
     out = subprocess.run(
         [sys.executable, "-m", "gpubuf.bench", "pool", "--backend", backend.name, "--json", "--reps", "1", "--quick"],
         check=True,
         capture_output=True,
         text=True,
+        env=dict(os.environ),
     ).stdout
     lines = out.strip().splitlines()
     assert len(lines) == 1

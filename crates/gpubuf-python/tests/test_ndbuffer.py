@@ -145,6 +145,9 @@ def test_non_cpu_has_no_array_interface_and_copies(backend):
     assert a.to_numpy()[0] == 0.0
     with pytest.raises(ValueError):
         np.asarray(a, copy=False)
+    if backend.name == "cuda":  # DLPack on CUDA: the device, not the host
+        assert a.__dlpack_device__()[0] == 2
+        return
     with pytest.raises(BufferError):
         a.__dlpack__()
     with pytest.raises(BufferError):

@@ -41,6 +41,46 @@ pub fn say(line: &str) {
     let _ = writeln!(std::io::stderr().lock(), "{line}");
 }
 
+/// This test binary run again as a child process that runs the ignored test `name` alone,
+/// in the environment the process started with. An OpenCL loader splits
+/// `OCL_ICD_FILENAMES` at its `:` by writing NULs into the environment itself (seen with
+/// `libpocl.so.2:libnvidia-opencl.so.1`: the process, and any child inheriting its
+/// environment, then saw `libpocl.so.2` and no NVIDIA platform). So the environment is
+/// read from `/proc/self/environ`, the process's initial block, where such a split shows as
+/// a piece without `=` after its variable, and each piece is joined back with `:`.
+/// Callers add the variables the child is about.
+pub fn child_test(name: &str) -> std::process::Command {
+    let exe = std::env::current_exe().unwrap_or_default();
+    let mut cmd = std::process::Command::new(exe);
+    cmd.args(["--exact", name, "--ignored", "--nocapture", "--test-threads=1"]);
+    #[cfg(unix)]
+    if let Ok(initial) = std::fs::read("/proc/self/environ") {
+        use std::os::unix::ffi::OsStrExt;
+        cmd.env_clear();
+        for (key, value) in initial_environment(&initial) {
+            cmd.env(std::ffi::OsStr::from_bytes(&key), std::ffi::OsStr::from_bytes(&value));
+        }
+    }
+    cmd
+}
+
+/// The variables of an initial environment block (NUL-separated `KEY=value` entries), a
+/// piece without `=` joined to the value before it with `:` (see [`child_test`]).
+pub fn initial_environment(block: &[u8]) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let mut vars: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+    for entry in block.split(|&b| b == 0).filter(|e| !e.is_empty()) {
+        match (entry.iter().position(|&b| b == b'='), vars.last_mut()) {
+            (Some(at), _) => vars.push((entry[..at].to_vec(), entry[at + 1..].to_vec())),
+            (None, Some((_, value))) => {
+                value.push(b':');
+                value.extend_from_slice(entry);
+            }
+            (None, None) => {}
+        }
+    }
+    vars
+}
+
 /// Whether `kind` must be available (listed in `GPUBUF_REQUIRE`).
 pub fn required(kind: BackendKind) -> bool {
     std::env::var("GPUBUF_REQUIRE")
@@ -295,4 +335,30 @@ pub fn on_every_backend<E: EachBackend>(body: &E) -> Result<Vec<(BackendKind, E:
         out.push((BackendKind::Cuda, body.run(&b)?));
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::initial_environment;
+
+    #[test]
+    fn a_variable_split_in_place_is_joined_back() {
+        let block = b"A=1\0OCL_ICD_FILENAMES=libpocl.so.2\0libnvidia-opencl.so.1\0B=x=y\0\0";
+        let vars = initial_environment(block);
+        let text: Vec<(String, String)> = vars
+            .into_iter()
+            .map(|(k, v)| {
+                (String::from_utf8_lossy(&k).into_owned(), String::from_utf8_lossy(&v).into_owned())
+            })
+            .collect();
+        assert_eq!(
+            text,
+            [
+                ("A".into(), "1".into()),
+                ("OCL_ICD_FILENAMES".into(), "libpocl.so.2:libnvidia-opencl.so.1".into()),
+                ("B".into(), "x=y".into())
+            ]
+        );
+        assert!(initial_environment(b"orphan\0").is_empty(), "a piece with nothing before it is dropped");
+    }
 }

@@ -202,8 +202,7 @@ fn opencl_chunk_setting_is_checked() {
         return;
     }
     for value in ["0", "65537", "x", "128"] {
-        let out = std::process::Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", "opencl_chunk_child", "--ignored", "--nocapture", "--test-threads=1"])
+        let out = gpubuf_testkit::child_test("opencl_chunk_child")
             .env(gpubuf::opencl::CHUNK_ENV, value)
             .output()
             .unwrap();

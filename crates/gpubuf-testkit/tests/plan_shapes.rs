@@ -336,8 +336,7 @@ fn opencl_kernel_setting_is_checked() {
         return;
     }
     for value in ["blocks", " Items ", "ROWS", "block", "gpu"] {
-        let out = std::process::Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", "opencl_kernel_child", "--ignored", "--nocapture", "--test-threads=1"])
+        let out = gpubuf_testkit::child_test("opencl_kernel_child")
             .env(gpubuf::opencl::KERNEL_ENV, value)
             .output()
             .unwrap();

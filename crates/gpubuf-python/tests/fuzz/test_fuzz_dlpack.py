@@ -30,6 +30,11 @@ native = gpubuf._gpubuf
 STREAMS = [None, 0, 1, 2, -1, -2, 2**63, 2**64, True, 1.5, "1", object()]
 DEVICES = [None, (1, 0), (1, 1), (2, 0), (1, 0, 0), [1, 0], (1.0, 0), ("1", 0), (1, 2**40), 1]
 
+# The models here are of the CPU and OpenCL backends; CUDA's DLPack and CUDA array
+# interface are checked against CuPy and PyTorch on a GPU (test_cuda_device.py).
+CUDA_SKIP = "the model covers cpu and opencl; CUDA is checked in test_cuda_device.py"
+
+
 
 def _dl_device_is_cpu(d):
     if type(d) is not tuple or len(d) != 2:
@@ -62,6 +67,8 @@ def export(case, backend):
 
 
 def test_dlpack_export(clock, backend):
+    if backend.name == "cuda":
+        pytest.skip(CUDA_SKIP)
     cases = st.tuples(sources(), st.sampled_from(STREAMS), st.sampled_from(DEVICES), st.sampled_from([None, False, True]))
     run(*clock, export, cases, load_corpus("dlpack_export"), backend)
 
@@ -191,6 +198,8 @@ def hostile_capsule(case, backend):
 
 
 def test_hostile_dlpack(clock, backend):
+    if backend.name == "cuda":
+        pytest.skip(CUDA_SKIP)
     devices = st.sampled_from([(1, 0), (4, 0), (2, 1), "x", None, (1,), (1.5, 0), (1, 0, 0)])
     cases = st.tuples(tensors(), st.sampled_from(["same", "same", "cuda", "other"]), devices)
     run(*clock, hostile_capsule, cases, load_corpus("hostile_dlpack"), backend)

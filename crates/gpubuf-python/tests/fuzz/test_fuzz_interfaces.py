@@ -29,6 +29,11 @@ TYPESTRS = ["<f8", "<f4", "<f2", "|u1", "<i4", "<u4", "<i8", ">f8", "<c16", "|b1
             "f8", np.dtype("float32"), [("a", "<f8")]]
 BAD_NUMBERS = [-1, 2**63, 2**64, 2**127, -(2**127) - 1, 1.5, "3", None, True, np.int64(2), np.float64(2.0)]
 
+# The models here are of the CPU and OpenCL backends; CUDA's DLPack and CUDA array
+# interface are checked against CuPy and PyTorch on a GPU (test_cuda_device.py).
+CUDA_SKIP = "the model covers cpu and opencl; CUDA is checked in test_cuda_device.py"
+
+
 
 @st.composite
 def cuda_dicts(draw):
@@ -92,6 +97,8 @@ def hostile_cuda(case, backend):
 
 
 def test_hostile_cuda_array_interface(clock, backend):
+    if backend.name == "cuda":
+        pytest.skip(CUDA_SKIP)
     run(*clock, hostile_cuda, cuda_dicts(), load_corpus("cuda_interface"), backend)
 
 

@@ -10,7 +10,7 @@ use gpubuf::kernel::{KernelArg, Launch};
 use gpubuf::{Backend, Error, NDBuffer, Result};
 use std::time::Duration;
 
-use super::cuda::{run_nvrtc, KERNELS};
+use super::cuda::{alone, run_nvrtc, KERNELS};
 
 fn run(f: impl FnOnce(&CudaBackend) -> Result<()>) {
     gpubuf_testkit::run_cuda(f);
@@ -107,6 +107,13 @@ static ONE: [i32; 1] = [1];
 /// later from a stream gpubuf does not know, and the free (on the default stream) waits.
 #[test]
 fn a_buffer_dropped_after_a_launch_on_a_user_stream_outlives_the_kernel() {
+    alone("cuda_handles::a_buffer_dropped_after_a_launch_on_a_user_stream_outlives_the_kernel_alone");
+}
+
+/// The body of the test above, in a process of its own.
+#[test]
+#[ignore = "run alone in a child process by a_buffer_dropped_after_a_launch_on_a_user_stream_outlives_the_kernel"]
+fn a_buffer_dropped_after_a_launch_on_a_user_stream_outlives_the_kernel_alone() {
     run_nvrtc(|cu| {
         let flag = NDBuffer::<_, i32>::zeros(cu, &[1])?;
         let out = NDBuffer::<_, f32>::zeros(cu, &[32])?;
