@@ -33,6 +33,9 @@ pub(crate) fn memory_limit() -> Option<usize> {
         }
         // SAFETY: written by the successful call above (and zeroed before it).
         let info = unsafe { info.assume_init() };
+        // The fields are `c_ulong` (u32 on 32-bit targets): the conversions are not useless
+        // everywhere.
+        #[allow(clippy::useless_conversion)]
         let bytes = u64::from(info.totalram)
             .checked_add(u64::from(info.totalswap))?
             .checked_mul(u64::from(info.mem_unit.max(1)))?;

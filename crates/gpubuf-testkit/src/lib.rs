@@ -181,6 +181,10 @@ pub fn run_cuda(f: impl FnOnce(&gpubuf::cuda::CudaBackend) -> Result<()>) {
 /// Runs `f` on CUDA where NVRTC can compile user kernels too, or skips with the reason
 /// (a failure where `GPUBUF_REQUIRE` names `nvrtc`): a machine with the driver alone
 /// runs gpubuf's own kernels but compiles no source at run time.
+///
+/// # Panics
+/// When `f` fails, or NVRTC is missing while `GPUBUF_REQUIRE` names `nvrtc` (as for
+/// [`run_cuda`]'s backend).
 #[cfg(feature = "cuda")]
 pub fn run_cuda_nvrtc(f: impl FnOnce(&gpubuf::cuda::CudaBackend) -> Result<()>) {
     let Some(b) = cuda() else { return };
