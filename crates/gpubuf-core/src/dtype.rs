@@ -13,6 +13,14 @@ pub enum DType {
     U32,
     /// `i64`
     I64,
+    /// `i8`
+    I8,
+    /// `i16`
+    I16,
+    /// `u16`
+    U16,
+    /// `u64`
+    U64,
     /// IEEE half precision (`half::f16`)
     F16,
     /// `f32`
@@ -23,16 +31,27 @@ pub enum DType {
 
 impl DType {
     /// Every dtype, in declaration order.
-    pub const ALL: [DType; 7] =
-        [DType::U8, DType::I32, DType::U32, DType::I64, DType::F16, DType::F32, DType::F64];
+    pub const ALL: [DType; 11] = [
+        DType::U8,
+        DType::I32,
+        DType::U32,
+        DType::I64,
+        DType::I8,
+        DType::I16,
+        DType::U16,
+        DType::U64,
+        DType::F16,
+        DType::F32,
+        DType::F64,
+    ];
 
     /// Size of one element in bytes (the itemsize).
     pub const fn size(self) -> usize {
         match self {
-            DType::U8 => 1,
-            DType::F16 => 2,
+            DType::U8 | DType::I8 => 1,
+            DType::I16 | DType::U16 | DType::F16 => 2,
             DType::I32 | DType::U32 | DType::F32 => 4,
-            DType::I64 | DType::F64 => 8,
+            DType::I64 | DType::U64 | DType::F64 => 8,
         }
     }
 
@@ -48,6 +67,10 @@ impl DType {
             DType::I32 => "int32",
             DType::U32 => "uint32",
             DType::I64 => "int64",
+            DType::I8 => "int8",
+            DType::I16 => "int16",
+            DType::U16 => "uint16",
+            DType::U64 => "uint64",
             DType::F16 => "float16",
             DType::F32 => "float32",
             DType::F64 => "float64",
@@ -127,6 +150,10 @@ int_element!(u8, DType::U8);
 int_element!(i32, DType::I32);
 int_element!(u32, DType::U32);
 int_element!(i64, DType::I64);
+int_element!(i8, DType::I8);
+int_element!(i16, DType::I16);
+int_element!(u16, DType::U16);
+int_element!(u64, DType::U64);
 
 macro_rules! float_element {
     ($t:ty, $d:expr, $bits:ty, $sign:expr) => {
@@ -168,6 +195,18 @@ mod tests {
             check(v);
         }
         for v in [0i64, -7, i64::MIN] {
+            check(v);
+        }
+        for v in [0i8, 1, -1, i8::MIN, i8::MAX] {
+            check(v);
+        }
+        for v in [0i16, -300, i16::MIN] {
+            check(v);
+        }
+        for v in [0u16, 1, u16::MAX] {
+            check(v);
+        }
+        for v in [0u64, 1, u64::MAX, 1 << 63] {
             check(v);
         }
         for v in [0.0f32, -0.0, 1.5, f32::INFINITY, f32::NAN] {

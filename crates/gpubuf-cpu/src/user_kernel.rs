@@ -120,12 +120,13 @@ mod erased {
             }
         };
     }
-    any!(U8: u8, I32: i32, U32: u32, I64: i64, F16: f16, F32: f32, F64: f64);
+    any!(U8: u8, I32: i32, U32: u32, I64: i64, I8: i8, I16: i16, U16: u16, U64: u64, F16: f16, F32: f32, F64: f64);
 }
 
 use erased::{AnyWrite, Sealed, Slot};
 
-/// An element type a CPU kernel can view: the [`Element`]s (`u8`, `i32`, `u32`, `i64`,
+/// An element type a CPU kernel can view: the [`Element`]s (`u8`, `i32`, `u32`, `i64`, `i8`,
+/// `i16`, `u16`, `u64`,
 /// `f16`, `f32`, `f64`). Sealed.
 pub trait CpuElement: Sealed {}
 

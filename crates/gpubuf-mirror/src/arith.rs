@@ -24,7 +24,7 @@ macro_rules! ints {
         }
     )*};
 }
-ints!(u8, i32, u32, i64);
+ints!(u8, i32, u32, i64, i8, i16, u16, u64);
 
 macro_rules! floats {
     ($($t:ty),*) => {$(

@@ -48,11 +48,14 @@ fn pointee_dtype(name: &str) -> std::result::Result<Option<DType>, &str> {
         "int" => DType::I32,
         "uint" | "unsigned int" => DType::U32,
         "long" => DType::I64,
+        "char" => DType::I8,
+        "short" => DType::I16,
+        "ushort" | "unsigned short" => DType::U16,
+        "ulong" | "unsigned long" => DType::U64,
         "half" => DType::F16,
         "float" => DType::F32,
         "double" => DType::F64,
-        "char" | "short" | "ushort" | "unsigned short" | "ulong" | "unsigned long" | "bool" | "size_t"
-        | "ptrdiff_t" | "intptr_t" | "uintptr_t" => return Err(name),
+        "bool" | "size_t" | "ptrdiff_t" | "intptr_t" | "uintptr_t" => return Err(name),
         _ => return Ok(None),
     }))
 }

@@ -32,6 +32,10 @@ pub(crate) enum AnyBufferizer {
     I32(Bufferizer<Device, i32>),
     U32(Bufferizer<Device, u32>),
     I64(Bufferizer<Device, i64>),
+    I8(Bufferizer<Device, i8>),
+    I16(Bufferizer<Device, i16>),
+    U16(Bufferizer<Device, u16>),
+    U64(Bufferizer<Device, u64>),
     F16(Bufferizer<Device, half::f16>),
     F32(Bufferizer<Device, f32>),
     F64(Bufferizer<Device, f64>),
@@ -45,6 +49,10 @@ macro_rules! each {
             AnyBufferizer::I32($b) => $body,
             AnyBufferizer::U32($b) => $body,
             AnyBufferizer::I64($b) => $body,
+            AnyBufferizer::I8($b) => $body,
+            AnyBufferizer::I16($b) => $body,
+            AnyBufferizer::U16($b) => $body,
+            AnyBufferizer::U64($b) => $body,
             AnyBufferizer::F16($b) => $body,
             AnyBufferizer::F32($b) => $body,
             AnyBufferizer::F64($b) => $body,
@@ -90,6 +98,10 @@ typed!(u8, U8, |v| v.extract());
 typed!(i32, I32, |v| v.extract());
 typed!(u32, U32, |v| v.extract());
 typed!(i64, I64, |v| v.extract());
+typed!(i8, I8, |v| v.extract());
+typed!(i16, I16, |v| v.extract());
+typed!(u16, U16, |v| v.extract());
+typed!(u64, U64, |v| v.extract());
 typed!(half::f16, F16, |v| narrow(v, half::f16::from_f64, |x| x.is_finite()));
 typed!(f32, F32, |v| narrow(v, |x| x as f32, |x| x.is_finite()));
 

@@ -80,8 +80,8 @@ unsafe extern "C" fn destructor(capsule: *mut pyo3::ffi::PyObject) {
 
 fn dl_dtype(d: DType) -> DLDataType {
     let code = match d {
-        DType::I32 | DType::I64 => 0,
-        DType::U8 | DType::U32 => 1,
+        DType::I8 | DType::I16 | DType::I32 | DType::I64 => 0,
+        DType::U8 | DType::U16 | DType::U32 | DType::U64 => 1,
         DType::F16 | DType::F32 | DType::F64 => 2,
     };
     // Element sizes are 1 to 8 bytes.

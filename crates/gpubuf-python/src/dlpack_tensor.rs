@@ -77,10 +77,14 @@ pub struct Tensor {
 
 fn dtype_of(t: &DLDataType) -> PyResult<DType> {
     let d = match (t.code, t.bits, t.lanes) {
+        (0, 8, 1) => DType::I8,
+        (0, 16, 1) => DType::I16,
         (0, 32, 1) => DType::I32,
         (0, 64, 1) => DType::I64,
         (1, 8, 1) => DType::U8,
+        (1, 16, 1) => DType::U16,
         (1, 32, 1) => DType::U32,
+        (1, 64, 1) => DType::U64,
         (2, 16, 1) => DType::F16,
         (2, 32, 1) => DType::F32,
         (2, 64, 1) => DType::F64,

@@ -1,5 +1,5 @@
 //! One array type for every dtype: [`AnyArray`] holds an `NDBuffer<Device, T>` of one of
-//! gpubuf's seven element types, and the macros run generic code on whichever it holds.
+//! gpubuf's eleven element types, and the macros run generic code on whichever it holds.
 
 use gpubuf::{DType, Device, NDBuffer};
 use half::f16;
@@ -16,6 +16,14 @@ pub enum AnyArray {
     U32(NDBuffer<Device, u32>),
     /// `int64`
     I64(NDBuffer<Device, i64>),
+    /// `int8`
+    I8(NDBuffer<Device, i8>),
+    /// `int16`
+    I16(NDBuffer<Device, i16>),
+    /// `uint16`
+    U16(NDBuffer<Device, u16>),
+    /// `uint64`
+    U64(NDBuffer<Device, u64>),
     /// `float16`
     F16(NDBuffer<Device, f16>),
     /// `float32`
@@ -32,6 +40,10 @@ macro_rules! dispatch {
             $crate::dtype::AnyArray::I32($nd) => $body,
             $crate::dtype::AnyArray::U32($nd) => $body,
             $crate::dtype::AnyArray::I64($nd) => $body,
+            $crate::dtype::AnyArray::I8($nd) => $body,
+            $crate::dtype::AnyArray::I16($nd) => $body,
+            $crate::dtype::AnyArray::U16($nd) => $body,
+            $crate::dtype::AnyArray::U64($nd) => $body,
             $crate::dtype::AnyArray::F16($nd) => $body,
             $crate::dtype::AnyArray::F32($nd) => $body,
             $crate::dtype::AnyArray::F64($nd) => $body,
@@ -58,6 +70,22 @@ macro_rules! with_dtype {
             }
             gpubuf::DType::I64 => {
                 type $t = i64;
+                $body
+            }
+            gpubuf::DType::I8 => {
+                type $t = i8;
+                $body
+            }
+            gpubuf::DType::I16 => {
+                type $t = i16;
+                $body
+            }
+            gpubuf::DType::U16 => {
+                type $t = u16;
+                $body
+            }
+            gpubuf::DType::U64 => {
+                type $t = u64;
                 $body
             }
             gpubuf::DType::F16 => {
@@ -96,6 +124,10 @@ wrap!(u8, U8);
 wrap!(i32, I32);
 wrap!(u32, U32);
 wrap!(i64, I64);
+wrap!(i8, I8);
+wrap!(i16, I16);
+wrap!(u16, U16);
+wrap!(u64, U64);
 wrap!(f16, F16);
 wrap!(f32, F32);
 wrap!(f64, F64);
@@ -123,7 +155,7 @@ impl AnyArray {
 }
 
 /// gpubuf's dtype from a numpy dtype, or `DTypeMismatchError` for one gpubuf has no type
-/// for (a complex or byte-swapped dtype, `bool`, `int8`, ...).
+/// for (a complex or byte-swapped dtype, `bool`, ...).
 ///
 /// # Errors
 /// `DTypeMismatchError` as above.

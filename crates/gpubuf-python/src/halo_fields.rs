@@ -37,7 +37,7 @@ macro_rules! pick {
         }
     )*};
 }
-pick!(u8 => U8, i32 => I32, u32 => U32, i64 => I64, half::f16 => F16, f32 => F32, f64 => F64);
+pick!(u8 => U8, i32 => I32, u32 => U32, i64 => I64, i8 => I8, i16 => I16, u16 => U16, u64 => U64, half::f16 => F16, f32 => F32, f64 => F64);
 
 /// A set of any element type.
 enum AnyFields {
@@ -45,6 +45,10 @@ enum AnyFields {
     I32(HaloFields<Device, i32>),
     U32(HaloFields<Device, u32>),
     I64(HaloFields<Device, i64>),
+    I8(HaloFields<Device, i8>),
+    I16(HaloFields<Device, i16>),
+    U16(HaloFields<Device, u16>),
+    U64(HaloFields<Device, u64>),
     F16(HaloFields<Device, half::f16>),
     F32(HaloFields<Device, f32>),
     F64(HaloFields<Device, f64>),
@@ -57,6 +61,10 @@ macro_rules! fdispatch {
             AnyFields::I32($h) => $body,
             AnyFields::U32($h) => $body,
             AnyFields::I64($h) => $body,
+            AnyFields::I8($h) => $body,
+            AnyFields::I16($h) => $body,
+            AnyFields::U16($h) => $body,
+            AnyFields::U64($h) => $body,
             AnyFields::F16($h) => $body,
             AnyFields::F32($h) => $body,
             AnyFields::F64($h) => $body,

@@ -24,6 +24,10 @@ enum AnyTransformer {
     I32(HaloDataTransformer<Device, i32>),
     U32(HaloDataTransformer<Device, u32>),
     I64(HaloDataTransformer<Device, i64>),
+    I8(HaloDataTransformer<Device, i8>),
+    I16(HaloDataTransformer<Device, i16>),
+    U16(HaloDataTransformer<Device, u16>),
+    U64(HaloDataTransformer<Device, u64>),
     F16(HaloDataTransformer<Device, half::f16>),
     F32(HaloDataTransformer<Device, f32>),
     F64(HaloDataTransformer<Device, f64>),
@@ -36,6 +40,10 @@ macro_rules! tdispatch {
             AnyTransformer::I32($x) => $body,
             AnyTransformer::U32($x) => $body,
             AnyTransformer::I64($x) => $body,
+            AnyTransformer::I8($x) => $body,
+            AnyTransformer::I16($x) => $body,
+            AnyTransformer::U16($x) => $body,
+            AnyTransformer::U64($x) => $body,
             AnyTransformer::F16($x) => $body,
             AnyTransformer::F32($x) => $body,
             AnyTransformer::F64($x) => $body,
@@ -64,6 +72,10 @@ typed!(u8, U8);
 typed!(i32, I32);
 typed!(u32, U32);
 typed!(i64, I64);
+typed!(i8, I8);
+typed!(i16, I16);
+typed!(u16, U16);
+typed!(u64, U64);
 typed!(half::f16, F16);
 typed!(f32, F32);
 typed!(f64, F64);
@@ -260,6 +272,10 @@ impl PyHaloDataTransformer {
                     DType::I32 => AnyTransformer::I32(HaloDataTransformer::new(&dev, x, y)?),
                     DType::U32 => AnyTransformer::U32(HaloDataTransformer::new(&dev, x, y)?),
                     DType::I64 => AnyTransformer::I64(HaloDataTransformer::new(&dev, x, y)?),
+                    DType::I8 => AnyTransformer::I8(HaloDataTransformer::new(&dev, x, y)?),
+                    DType::I16 => AnyTransformer::I16(HaloDataTransformer::new(&dev, x, y)?),
+                    DType::U16 => AnyTransformer::U16(HaloDataTransformer::new(&dev, x, y)?),
+                    DType::U64 => AnyTransformer::U64(HaloDataTransformer::new(&dev, x, y)?),
                     DType::F16 => AnyTransformer::F16(HaloDataTransformer::new(&dev, x, y)?),
                     DType::F32 => AnyTransformer::F32(HaloDataTransformer::new(&dev, x, y)?),
                     DType::F64 => AnyTransformer::F64(HaloDataTransformer::new(&dev, x, y)?),

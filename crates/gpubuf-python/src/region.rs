@@ -276,7 +276,7 @@ fn copy_between(dst: &AnyArray, src: &AnyArray) -> gpubuf::Result<()> {
             }
         };
     }
-    arm!(U8, I32, U32, I64, F16, F32, F64)
+    arm!(U8, I32, U32, I64, I8, I16, U16, U64, F16, F32, F64)
 }
 
 /// Writes the numpy array (or 0-d scalar) `arr` of `T` into the view `region`.

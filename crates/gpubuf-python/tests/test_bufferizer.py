@@ -126,6 +126,7 @@ def test_failed_appends_change_nothing(backend):
         (gpubuf.ShapeMismatchError, lambda: b.append_multiple(np.ones((2, 2), np.float32))),
         (gpubuf.DTypeMismatchError, lambda: b.append_one(np.ones((2, 2), np.float64))),
         (gpubuf.DTypeMismatchError, lambda: b.append_one(np.ones((2, 2), np.int8))),
+        (gpubuf.DTypeMismatchError, lambda: b.append_one(np.ones((2, 2), np.complex64))),
         (gpubuf.DTypeMismatchError, lambda: b.append([good[0], np.ones((2, 2))])),
         (gpubuf.CapacityError, lambda: b.append_multiple(frames(3, (2, 2)))),
         (gpubuf.CapacityError, lambda: b.append([good[0]] * 3)),

@@ -17,8 +17,8 @@ one is decoded and merged on the host; chunks are read back once for encoding.
 
 Every ``NDBuffer`` and ``Buffer`` holds either a numpy array (host) or a
 ``gpubuf.NDBuffer`` of the prototype's device (``as_ndarray_like()`` / ``as_array_like()``
-return it without a copy). Element types are gpubuf's: uint8, int32, uint32, int64,
-float16, float32 and float64; another dtype raises ``gpubuf.DTypeMismatchError`` where a
+return it without a copy). Element types are gpubuf's: int8 to int64, uint8 to
+uint64, float16, float32 and float64; another dtype raises ``gpubuf.DTypeMismatchError`` where a
 device array is made (``create``, ``empty``, ``from_numpy_array``).
 """
 

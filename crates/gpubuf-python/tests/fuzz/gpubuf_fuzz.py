@@ -25,8 +25,8 @@ ROUND = 25
 
 #: The element types gpubuf has, and some it has not (each of those must be a
 #: ``DTypeMismatchError``).
-DTYPES = ["uint8", "int32", "uint32", "int64", "float16", "float32", "float64"]
-FOREIGN_DTYPES = ["int8", "int16", "uint16", "uint64", "bool", "complex64", ">f8", ">i4", "S3", "V2", "O"]
+DTYPES = ["uint8", "int32", "uint32", "int64", "int8", "int16", "uint16", "uint64", "float16", "float32", "float64"]
+FOREIGN_DTYPES = ["bool", "complex64", "complex128", "longdouble", ">f8", ">i4", "S3", "V2", "O"]
 
 SETTINGS = settings(
     max_examples=ROUND,

@@ -61,7 +61,7 @@ def region_cases(draw):
         value = draw(st.sampled_from(SCALARS))
     else:
         vshape = draw(value_shapes(region))
-        dtype = draw(st.sampled_from([source[1]] * 3 + DTYPES + ["int8", "bool", "complex128", ">f8"]))
+        dtype = draw(st.sampled_from([source[1]] * 3 + DTYPES + ["bool", "complex64", "complex128", ">f8"]))
         if kind == "ndbuffer":
             dtype = dtype if dtype in DTYPES else source[1]
         np_key = draw(layouts(vshape)) if draw(st.booleans()) else ()
