@@ -313,7 +313,32 @@ def test_the_docs_example_runs(tmp_path, monkeypatch):
     doc = pathlib.Path(__file__).resolve().parents[3] / "docs" / "python.md"
     if not doc.is_file():
         pytest.skip("docs/python.md is not next to the tests")
-    section = doc.read_text().split("## zarr: `gpubuf.zarr`", 1)[1]
-    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    section = doc.read_text().split("## zarr: `gpubuf.zarr`", 1)[1].split("\n## ", 1)[0]
+    code = "\n".join(re.findall(r"```python\n(.*?)```", section, re.S))  # every example, in order
     monkeypatch.chdir(tmp_path)
     exec(compile(code, "docs/python.md", "exec"), {})
+
+
+def test_enable_makes_gpubuf_zarrs_default(backend):
+    """With ``gpubuf.zarr.enable(backend)``, plain zarr reads of sharded arrays (their
+    uint64 shard index included) and of unsharded ones come back as gpubuf arrays on
+    that device, and leaving the ``with`` restores zarr's own classes."""
+    names = gz.register(backend.name)
+    cap = backend.name.capitalize()
+    assert names == {"buffer": f"gpubuf.zarr.{cap}Buffer", "ndbuffer": f"gpubuf.zarr.{cap}NDBuffer"}
+    for dtype in ("int16", "uint64", "float32"):
+        data = (np.arange(120) % 50).astype(dtype).reshape(10, 12)
+        for shards in (None, (4, 6)):
+            with gz.enable(backend.name):
+                assert zarr.config.get("ndbuffer") == names["ndbuffer"]
+                z = zarr.create_array(store={}, shape=(10, 12), chunks=(2, 3), shards=shards, dtype=dtype)
+                z[:] = data
+                region = z[1:9, 2:11]
+                assert isinstance(region, gpubuf.NDBuffer) and region.backend.name == backend.name
+                np.testing.assert_array_equal(region.to_numpy(), data[1:9, 2:11])
+            assert zarr.config.get("ndbuffer") != names["ndbuffer"]
+            np.testing.assert_array_equal(np.asarray(z[:]), data)  # zarr's classes again
+    with pytest.raises(gpubuf.InvalidArgumentError):
+        gz.register(backend)
+    with pytest.raises(gpubuf.InvalidArgumentError):
+        gz.enable("nope")

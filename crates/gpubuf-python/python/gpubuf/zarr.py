@@ -29,7 +29,7 @@ from zarr.core.buffer.core import BufferPrototype
 from . import Backend, InvalidArgumentError, MemoryPool
 from . import NDBuffer as _Array
 
-__all__ = ["Buffer", "NDBuffer", "buffer_prototype"]
+__all__ = ["Buffer", "NDBuffer", "buffer_prototype", "enable", "register"]
 
 
 def _on_device(obj, backend):
@@ -277,6 +277,37 @@ def _make(backend, by_name=False):
             cls.__qualname__ = f"buffer_prototype.<locals>.{cls.__name__}"
         classes.append(cls)
     return BufferPrototype(buffer=classes[0], nd_buffer=classes[1])
+
+
+def register(backend="cpu"):
+    """Registers the classes of ``buffer_prototype(backend)`` with zarr's buffer and
+    ndbuffer registries, under their names (``gpubuf.zarr.OpenclBuffer`` and
+    ``gpubuf.zarr.OpenclNDBuffer`` for ``"opencl"``), and returns the ``zarr.config``
+    entries that name them: ``{"buffer": ..., "ndbuffer": ...}``. ``backend`` is a name
+    (``"cpu"``, ``"opencl"``, ``"cuda"``): zarr finds classes by name, in other processes
+    too. Raises as ``buffer_prototype``, and ``InvalidArgumentError`` for a
+    ``gpubuf.Backend`` object."""
+    if not isinstance(backend, str):
+        raise InvalidArgumentError(
+            f"zarr names its buffer classes: give a backend name, not {type(backend).__name__}"
+        )
+    from zarr.registry import fully_qualified_name, register_buffer, register_ndbuffer
+
+    proto = buffer_prototype(backend)
+    register_buffer(proto.buffer)
+    register_ndbuffer(proto.nd_buffer)
+    return {"buffer": fully_qualified_name(proto.buffer), "ndbuffer": fully_qualified_name(proto.nd_buffer)}
+
+
+def enable(backend="cpu"):
+    """Makes gpubuf's classes on ``backend`` zarr's default buffer and ndbuffer, as
+    ``zarr.config.enable_gpu()`` does for CuPy: every read without ``prototype=`` then
+    returns ``gpubuf.NDBuffer`` arrays on that device. Returns zarr's ``ConfigSet``, so
+    ``with gpubuf.zarr.enable("opencl"): ...`` restores the previous classes on leaving.
+    Raises as ``register``."""
+    import zarr
+
+    return zarr.config.set(register(backend))
 
 
 _PICKLED = {f"{n.capitalize()}{c}": (n, i) for n in ("cpu", "opencl", "cuda") for i, c in enumerate(("Buffer", "NDBuffer"))}
