@@ -71,6 +71,12 @@ impl PyBackend {
     fn __repr__(&self) -> String {
         format!("gpubuf.Backend({:?}) on {}", self.device.kind().name(), self.device.info().name)
     }
+
+    /// Pickles as ``Backend(name)``: unpickled, it opens the backend of that name in the
+    /// process that loads it (for OpenCL the device ``GPUBUF_OPENCL_DEVICE`` picks there).
+    fn __reduce__<'py>(slf: &Bound<'py, Self>) -> (Bound<'py, pyo3::types::PyType>, (&'static str,)) {
+        (slf.get_type(), (slf.get().device.kind().name(),))
+    }
 }
 
 /// Every backend with whether it was compiled in and can run here: a list of dicts with

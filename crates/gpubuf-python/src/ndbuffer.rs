@@ -397,6 +397,15 @@ impl PyNDBuffer {
             .ok_or_else(|| pyo3::exceptions::PyTypeError::new_err("len() of a 0-d array"))
     }
 
+    /// Pickles as ``NDBuffer.from_numpy(values, backend)``: the values are read back to a
+    /// numpy array (C order) and uploaded to the backend of the same name when unpickled.
+    fn __reduce__<'py>(slf: &Bound<'py, Self>) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyTuple>)> {
+        let values = slf.call_method0("to_numpy")?;
+        let backend = slf.getattr("backend")?;
+        let args = PyTuple::new(slf.py(), [values, backend])?;
+        Ok((slf.get_type().getattr("from_numpy")?, args))
+    }
+
     fn __repr__(&self) -> String {
         format!(
             "gpubuf.NDBuffer(shape={:?}, dtype={}, backend={:?})",

@@ -198,3 +198,21 @@ def test_from_dlpack_copies_onto_any_backend(backend):
 def test_repr(backend):
     a = gpubuf.NDBuffer.zeros((2, 3), "float32", backend)
     assert "(2, 3)" in repr(a).replace("[", "(").replace("]", ")") and "float32" in repr(a)
+
+
+def test_arrays_and_backends_pickle(backend):
+    import pickle
+
+    for dtype in DTYPES:
+        host = (np.arange(24) % 11).astype(dtype).reshape(2, 3, 4)
+        a = gpubuf.NDBuffer.from_numpy(host, backend)
+        for protocol in range(2, pickle.HIGHEST_PROTOCOL + 1):
+            b = pickle.loads(pickle.dumps(a, protocol))
+            assert isinstance(b, gpubuf.NDBuffer) and b.backend.name == backend.name
+            assert b.dtype == host.dtype and b.shape == host.shape
+            np.testing.assert_array_equal(b.to_numpy(), host)
+        view = pickle.loads(pickle.dumps(a[1, ::2, 1:]))  # a strided view: its values
+        np.testing.assert_array_equal(view.to_numpy(), host[1, ::2, 1:])
+    empty = pickle.loads(pickle.dumps(gpubuf.NDBuffer.zeros((0, 5), "int16", backend)))
+    assert empty.shape == (0, 5) and empty.dtype == np.int16
+    assert pickle.loads(pickle.dumps(backend)).name == backend.name

@@ -86,6 +86,8 @@ class Backend:
         """Waits until all work queued on the device is done."""
     def same_device(self, other: Backend) -> bool:
         """Whether ``other`` is the same device."""
+    def __reduce__(self) -> Tuple[Any, Tuple[str]]:
+        """Pickles as ``Backend(name)``."""
 
 def backends() -> List[Dict[str, Any]]:
     """Every backend: name, compiled, available, devices (names) and reason (or None)."""
@@ -160,6 +162,8 @@ class NDBuffer:
         """The device memory of an object with ``__cuda_array_interface__`` on ``backend``
         (default: the default CUDA device), without a copy; keeps ``obj`` alive."""
     def __len__(self) -> int: ...
+    def __reduce__(self) -> Tuple[Any, Tuple[np.ndarray, Backend]]:
+        """Pickles as ``NDBuffer.from_numpy(values, backend)`` (values in C order)."""
     def __getitem__(self, key: Any) -> NDBuffer:
         """A view (numpy's basic indexing: ints, slices with any step, ``...``, None);
         OutOfBoundsError for an index outside its axis, InvalidArgumentError for fancy
