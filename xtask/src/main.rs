@@ -26,6 +26,9 @@
 //!   sdist's `tests/`) with gpubuf swapped in, on the CPU and OpenCL and under `mpirun`;
 //!   `--baseline` runs them without gpubuf, `--test-all` only what `test-all` runs of them
 //!   (docs/python.md, "pace-util's own tests on gpubuf").
+//! * `zarr`: zarr-python 3.1.6's own tests (its pinned sdist's `tests/`) with gpubuf's
+//!   classes as zarr's default buffer and ndbuffer, on the CPU and OpenCL (docs/python.md,
+//!   "zarr-python's own tests on gpubuf").
 
 mod artifacts;
 mod bundle;
@@ -43,6 +46,7 @@ mod summary;
 mod tests;
 mod wheel;
 mod wheel_mpi;
+mod zarr;
 
 use std::process::ExitCode;
 
@@ -70,6 +74,7 @@ fn main() -> ExitCode {
             }
         },
         "wheel" => wheel::command(),
+        "zarr" => zarr::command(),
         "cuda-kernels" if std::env::args().nth(2).as_deref() == Some("--check") => {
             let mut tally = summary::Tally::default();
             cudagen::check(&mut tally);

@@ -24,7 +24,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-mod expected;
+pub mod expected;
 use expected::{deselect_args, parse_expected};
 
 /// The pace-util release whose tests run.
@@ -166,7 +166,7 @@ pub fn cache_dir() -> PathBuf {
 }
 
 /// The sha256 of `file` (hex), by `python`'s hashlib.
-fn sha256(python: &Path, file: &Path) -> Option<String> {
+pub fn sha256(python: &Path, file: &Path) -> Option<String> {
     let code = "import hashlib, sys; print(hashlib.sha256(open(sys.argv[1], 'rb').read()).hexdigest())";
     capture(Command::new(python).args(["-c", code]).arg(file)).map(|s| s.trim().to_string())
 }

@@ -3,7 +3,7 @@
 use crate::deps;
 use crate::sh::{self, capture, run_ok, run_tee};
 use crate::summary::{count, Tally};
-use crate::{cudagen, doccover, miri, mpi, pace, python};
+use crate::{cudagen, doccover, miri, mpi, pace, python, zarr};
 use std::collections::BTreeMap;
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -184,6 +184,22 @@ pub fn test_all() -> bool {
         Err(e) => tally.fail(format!("pace: FAILED ({e})")),
     }
     lap.mark("pace");
+
+    // zarr-python 3.1.6's own tests with gpubuf's classes as zarr's defaults (the wheel
+    // above is reused).
+    match limited(&mut tally, "zarr", 12, |_| zarr::run(&require.join(","))) {
+        Ok(r) => {
+            tally.passed += r.total.passed;
+            tally.failed += r.total.failed;
+            for l in r.lines {
+                tally.note(l);
+            }
+            let t = r.total;
+            tally.note(format!("zarr: {} passed, {} failed, {} skipped", t.passed, t.failed, t.skipped));
+        }
+        Err(e) => tally.fail(format!("zarr: FAILED ({e})")),
+    }
+    lap.mark("zarr");
 
     // The examples must run as written, on every backend that can run here.
     let mut backends = vec!["cpu"];

@@ -20,6 +20,7 @@ mod buffer;
 mod host;
 mod ndbuffer;
 pub mod region;
+mod take;
 mod view_as;
 
 pub use args::{Arg, Args};

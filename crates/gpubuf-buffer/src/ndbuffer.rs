@@ -276,6 +276,23 @@ impl<B: Kernels, T: Element> NDBuffer<B, T> {
         self.copy()?.reshape(shape)
     }
 
+    /// The same elements with another shape, read and placed in `order` (numpy's
+    /// `reshape(..., order=)`): [`Order::C`] is [`NDBuffer::reshape`]; [`Order::F`] walks
+    /// the first axis fastest, a view when the array is F-contiguous, else a copy (the
+    /// transposed C reshape of the transposed array).
+    ///
+    /// # Errors
+    /// [`Error::ShapeMismatch`] when the sizes differ.
+    pub fn reshape_order(&self, shape: &[usize], order: Order) -> Result<Self> {
+        match order {
+            Order::C => self.reshape(shape),
+            Order::F => {
+                let reversed: Vec<usize> = shape.iter().rev().copied().collect();
+                self.transpose(None)?.reshape(&reversed)?.transpose(None)
+            }
+        }
+    }
+
     /// A new C-contiguous array with the same elements, gathered on the device in one launch.
     ///
     /// # Errors

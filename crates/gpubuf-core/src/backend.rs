@@ -373,7 +373,8 @@ pub trait Kernels: Backend {
 /// with any array. Every backend calls this before launching.
 ///
 /// # Errors
-/// [`Error::InvalidArgument`] for a wrong count, misaligned offset or aliasing,
+/// [`Error::InvalidArgument`] for a wrong count, misaligned offset or aliasing, or a
+/// negating plan with a dtype that has no negation ([`DType::negatable`]),
 /// [`Error::OutOfBounds`] for ranges too short or outside their allocation.
 pub fn check_plan_args<M: DeviceMemory>(
     plan: &CopyPlan,
@@ -382,6 +383,9 @@ pub fn check_plan_args<M: DeviceMemory>(
     buffer: MemRef<'_, M>,
 ) -> Result<()> {
     let size = dtype.size();
+    if plan.negates() && !dtype.negatable() {
+        return Err(Error::invalid(format!("the plan negates, and {dtype} has no negation")));
+    }
     if arrays.len() != plan.source_lens().len() {
         return Err(Error::invalid(format!(
             "plan has {} sources, {} given",

@@ -27,11 +27,14 @@ pub enum DType {
     F32,
     /// `f64`
     F64,
+    /// numpy's `bool`: one byte, 0 or 1 ([`Bool`]). Copy plans move it as a byte; it has
+    /// no negation, so a plan that negates refuses it.
+    Bool,
 }
 
 impl DType {
     /// Every dtype, in declaration order.
-    pub const ALL: [DType; 11] = [
+    pub const ALL: [DType; 12] = [
         DType::U8,
         DType::I32,
         DType::U32,
@@ -43,12 +46,13 @@ impl DType {
         DType::F16,
         DType::F32,
         DType::F64,
+        DType::Bool,
     ];
 
     /// Size of one element in bytes (the itemsize).
     pub const fn size(self) -> usize {
         match self {
-            DType::U8 | DType::I8 => 1,
+            DType::U8 | DType::I8 | DType::Bool => 1,
             DType::I16 | DType::U16 | DType::F16 => 2,
             DType::I32 | DType::U32 | DType::F32 => 4,
             DType::I64 | DType::U64 | DType::F64 => 8,
@@ -74,16 +78,24 @@ impl DType {
             DType::F16 => "float16",
             DType::F32 => "float32",
             DType::F64 => "float64",
+            DType::Bool => "bool",
         }
+    }
+
+    /// Whether [`DType::negate_bytes`] means something for this type: every type but
+    /// [`DType::Bool`]. A copy plan with a negating segment refuses the others.
+    pub const fn negatable(self) -> bool {
+        !matches!(self, DType::Bool)
     }
 
     /// Negates one element stored as raw bytes, in place, with gpubuf's negation rule:
     /// floats flip the sign bit (so `-0.0`, infinities and NaNs behave alike on every
     /// backend); integers take the two's-complement negation, wrapping.
     ///
-    /// `bytes` must hold exactly [`DType::size`] bytes; other lengths are left unchanged.
+    /// `bytes` must hold exactly [`DType::size`] bytes; other lengths, and a [`DType::Bool`]
+    /// (not [`negatable`](DType::negatable)), are left unchanged.
     pub fn negate_bytes(self, bytes: &mut [u8]) {
-        if bytes.len() != self.size() {
+        if bytes.len() != self.size() || !self.negatable() {
             return;
         }
         if self.is_float() {
@@ -172,6 +184,68 @@ macro_rules! float_element {
 float_element!(f32, DType::F32, u32, 0x8000_0000u32);
 float_element!(f64, DType::F64, u64, 0x8000_0000_0000_0000u64);
 float_element!(half::f16, DType::F16, u16, 0x8000u16);
+
+/// numpy's `bool` as a gpubuf element: one byte, `Bool(0)` false and `Bool(1)` true (the
+/// only values numpy writes; another byte reads as true, as numpy's does). A plain byte
+/// rather than Rust's `bool`, so any byte read back from a device is a valid value.
+///
+/// ```
+/// use gpubuf_core::{Bool, DType, Element};
+/// assert_eq!(Bool::from(true), Bool::TRUE);
+/// assert!(bool::from(Bool(7)));
+/// assert_eq!(<Bool as Element>::DTYPE, DType::Bool);
+/// ```
+#[repr(transparent)]
+#[derive(
+    Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default, Debug, bytemuck::Pod, bytemuck::Zeroable,
+)]
+pub struct Bool(pub u8);
+
+impl Bool {
+    /// `false`.
+    pub const FALSE: Bool = Bool(0);
+    /// `true`.
+    pub const TRUE: Bool = Bool(1);
+}
+
+impl From<bool> for Bool {
+    fn from(b: bool) -> Self {
+        Bool(u8::from(b))
+    }
+}
+
+impl From<Bool> for bool {
+    fn from(b: Bool) -> Self {
+        b.0 != 0
+    }
+}
+
+#[cfg(feature = "numpy")]
+// SAFETY: `Bool` is `repr(transparent)` over one `u8`, the layout of numpy's `bool`
+// (NPY_BOOL, one byte), and every byte is a valid `Bool`, so numpy's bool data can be
+// viewed as `Bool` whatever bytes it holds. It is `Copy` and holds no Python object.
+unsafe impl numpy::Element for Bool {
+    const IS_COPY: bool = true;
+
+    fn get_dtype(py: pyo3::Python<'_>) -> pyo3::Bound<'_, numpy::PyArrayDescr> {
+        <bool as numpy::Element>::get_dtype(py)
+    }
+
+    fn clone_ref(&self, _py: pyo3::Python<'_>) -> Self {
+        *self
+    }
+}
+
+impl Element for Bool {
+    const DTYPE: DType = DType::Bool;
+    /// No negation: the value itself (plans that negate refuse [`DType::Bool`]).
+    fn negate(self) -> Self {
+        self
+    }
+    fn same_value(&self, other: &Self) -> bool {
+        bool::from(*self) == bool::from(*other)
+    }
+}
 
 #[cfg(test)]
 mod tests {

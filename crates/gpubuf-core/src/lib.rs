@@ -28,6 +28,7 @@ mod error;
 pub mod kernel;
 mod layout;
 mod plan;
+pub mod process;
 mod reshape;
 mod segment;
 
@@ -35,7 +36,7 @@ pub use backend::{
     check_copy, check_fill, check_plan_args, check_scatter_args, Allocator, Backend, BackendKind, DeviceInfo,
     DeviceMemory, Kernels, MemRef, MemoryInfo, PreparedPlan,
 };
-pub use dtype::{DType, Element};
+pub use dtype::{Bool, DType, Element};
 pub use error::{Error, PoolStats, Result};
 pub use layout::{checked_size, Layout, Order};
 pub use plan::CopyPlan;

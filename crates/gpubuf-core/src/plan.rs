@@ -18,6 +18,7 @@ pub struct CopyPlan {
     source_lens: Vec<usize>,
     buffer_len: usize,
     segments: Vec<Segment>,
+    negates: bool,
     scatter_check: OnceLock<Result<()>>,
 }
 
@@ -27,6 +28,7 @@ impl Clone for CopyPlan {
             source_lens: self.source_lens.clone(),
             buffer_len: self.buffer_len,
             segments: self.segments.clone(),
+            negates: self.negates,
             scatter_check: self.scatter_check.clone(),
         }
     }
@@ -91,12 +93,19 @@ impl CopyPlan {
                 return Err(Error::plan(format!("segments {} and {} overlap in the buffer", w[0].2, w[1].2)));
             }
         }
-        Ok(CopyPlan { source_lens, buffer_len, segments, scatter_check: OnceLock::new() })
+        let negates = segments.iter().any(|s| s.negate);
+        Ok(CopyPlan { source_lens, buffer_len, segments, negates, scatter_check: OnceLock::new() })
     }
 
     /// The segments, in the order given.
     pub fn segments(&self) -> &[Segment] {
         &self.segments
+    }
+
+    /// Whether any segment negates what it moves (such a plan refuses a dtype that is
+    /// not [`crate::DType::negatable`]).
+    pub fn negates(&self) -> bool {
+        self.negates
     }
 
     /// Length in elements of each source.
@@ -223,6 +232,7 @@ impl CopyPlan {
             let plan = CopyPlan {
                 source_lens: lens,
                 buffer_len: self.buffer_len,
+                negates: segments.iter().any(|s| s.negate),
                 segments,
                 scatter_check: OnceLock::new(),
             };

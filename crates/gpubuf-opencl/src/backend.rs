@@ -44,6 +44,8 @@ pub(crate) struct Inner {
     pub(crate) programs: ProgramCache,
     pub(crate) user_programs: crate::program::UserPrograms,
     default_stream: ClStream,
+    /// The fork generation the context was made in (`gpubuf_core::process`).
+    forks: u64,
 }
 
 impl std::fmt::Debug for OpenClBackend {
@@ -74,6 +76,7 @@ impl OpenClBackend {
     /// # Errors
     /// Driver errors creating the context or queue.
     pub fn from_entry(entry: ClDeviceEntry) -> Result<Self> {
+        let forks = gpubuf_core::process::generation();
         let context = Context::from_device(&entry.device).map_err(|e| cl(e, "clCreateContext"))?;
         let default_stream = new_queue(&context)?;
         let max_alloc =
@@ -93,6 +96,7 @@ impl OpenClBackend {
                 programs: ProgramCache::default(),
                 user_programs: Default::default(),
                 default_stream,
+                forks,
             }),
             plan_kernel: None,
         })
@@ -127,6 +131,7 @@ impl OpenClBackend {
     /// # Errors
     /// [`Error::DeviceMismatch`].
     pub(crate) fn own_memory(&self, memory: &ClMemory) -> Result<()> {
+        self.same_process()?;
         if memory.context == self.context_id() {
             Ok(())
         } else {
@@ -136,11 +141,21 @@ impl OpenClBackend {
         }
     }
 
+    /// Refuses the use of this context in a process forked after it was made, where the
+    /// driver's first call could hang ([`gpubuf_core::process`]).
+    ///
+    /// # Errors
+    /// [`gpubuf_core::Error::BackendUnavailable`] in such a child.
+    pub(crate) fn same_process(&self) -> Result<()> {
+        gpubuf_core::process::check_same_process(BackendKind::OpenCl, self.inner.forks)
+    }
+
     /// Refuses a stream of another context.
     ///
     /// # Errors
     /// [`Error::DeviceMismatch`].
     pub(crate) fn own_stream(&self, stream: &ClStream) -> Result<()> {
+        self.same_process()?;
         if stream.context == self.context_id() {
             Ok(())
         } else {
@@ -165,6 +180,7 @@ impl Allocator for OpenClBackend {
     type Memory = ClMemory;
 
     fn allocate(&self, bytes: usize) -> Result<ClMemory> {
+        self.same_process()?;
         ClMemory::new(&self.inner.context, bytes, self.inner.max_alloc)
     }
 
@@ -219,6 +235,7 @@ impl Backend for OpenClBackend {
     }
 
     fn new_stream(&self) -> Result<ClStream> {
+        self.same_process()?;
         new_queue(&self.inner.context)
     }
 

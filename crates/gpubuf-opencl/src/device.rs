@@ -38,6 +38,9 @@ pub fn runtime_available() -> Result<()> {
     }
 }
 
+/// The fork generation of this process's first platform scan (`gpubuf_core::process`).
+static FIRST_SCAN: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+
 /// Every OpenCL device of every platform.
 ///
 /// # Errors
@@ -50,6 +53,10 @@ pub fn devices() -> Result<Vec<ClDeviceEntry>> {
 /// (named in the error of a device choice that matches nothing).
 fn scan() -> Result<(Vec<ClDeviceEntry>, Vec<String>)> {
     runtime_available()?;
+    // The driver's state is made once a process; a child forked after that inherits it
+    // without its threads, and its first call can hang.
+    let first = *FIRST_SCAN.get_or_init(gpubuf_core::process::generation);
+    gpubuf_core::process::check_same_process(gpubuf_core::BackendKind::OpenCl, first)?;
     let platforms = match get_platforms() {
         Ok(p) => p,
         Err(e) if e.0 == PLATFORM_NOT_FOUND => {
@@ -111,7 +118,8 @@ pub(crate) fn select() -> Result<ClDeviceEntry> {
     let w = w.trim().to_lowercase();
     let hit = if let Ok(i) = w.parse::<usize>() {
         all.get(i).cloned()
-    } else if let Some((p, d)) = w.split_once(':').and_then(|(p, d)| Some((p.parse().ok()?, d.parse().ok()?)))
+    } else if let Some((p, d)) =
+        w.split_once(':').and_then(|(p, d)| Some((p.parse::<usize>().ok()?, d.parse::<usize>().ok()?)))
     {
         all.iter().find(|e| e.platform_index == p && e.device_index == d).cloned()
     } else {

@@ -242,6 +242,7 @@ impl Kernels for OpenClBackend {
     type Plan = ClPlan;
 
     fn prepare(&self, plan: &CopyPlan, dtype: DType) -> Result<ClPlan> {
+        self.same_process()?;
         let mut parts = Vec::new();
         for (sources, sub) in plan.split_by_source(self.max_slots())? {
             let program = self.program(sources.len().next_power_of_two())?;
@@ -290,6 +291,7 @@ impl Kernels for OpenClBackend {
         sources: &[MemRef<'_, ClMemory>],
         dst: MemRef<'_, ClMemory>,
     ) -> Result<()> {
+        self.same_process()?;
         check_plan_args(&plan.plan, plan.dtype, sources, dst)?;
         let _span = tracing::trace_span!("opencl.gather", elements = plan.plan.total()).entered();
         self.launch(stream, plan, sources, dst, true)
@@ -302,6 +304,7 @@ impl Kernels for OpenClBackend {
         src: MemRef<'_, ClMemory>,
         targets: &[MemRef<'_, ClMemory>],
     ) -> Result<()> {
+        self.same_process()?;
         check_scatter_args(&plan.plan, plan.dtype, targets, src)?;
         let _span = tracing::trace_span!("opencl.scatter", elements = plan.plan.total()).entered();
         self.launch(stream, plan, targets, src, false)

@@ -15,11 +15,14 @@ use std::ptr;
 /// `ClMemory` drops. OpenCL deletes the buffer only after the commands queued with it have
 /// finished, on any queue, so dropping it right after a launch or copy is safe.
 pub struct ClMemory {
-    pub(crate) buffer: Buffer<u8>,
+    pub(crate) buffer: std::mem::ManuallyDrop<Buffer<u8>>,
     pub(crate) len: usize,
     /// The context the buffer belongs to (its raw handle, which the buffer keeps alive), so
     /// a backend can refuse memory of another context without asking the driver.
     pub(crate) context: usize,
+    /// The fork generation it was made in: a forked child leaves the parent's buffer
+    /// unreleased rather than call the driver (`gpubuf_core::process`).
+    forks: u64,
 }
 
 impl std::fmt::Debug for ClMemory {
@@ -89,23 +92,35 @@ impl ClMemory {
     /// Memory over a buffer gpubuf has just created (no other object can hold its handle).
     fn created(buffer: Buffer<u8>, len: usize, context: &Context) -> Self {
         owned::claim(Kind::Mem, buffer.get());
-        ClMemory { buffer, len, context: context.get() as usize }
+        ClMemory::wrap(buffer, len, context.get() as usize)
     }
 
     /// Memory over a buffer handed in (its reference becomes this value's), unless a live
     /// `ClMemory` holds the handle already: then the wrapper comes back unreleased.
     pub(crate) fn claimed(buffer: Buffer<u8>, context: usize) -> std::result::Result<Self, Buffer<u8>> {
         if owned::claim(Kind::Mem, buffer.get()) {
-            Ok(ClMemory { buffer, len: 0, context })
+            Ok(ClMemory::wrap(buffer, 0, context))
         } else {
             Err(buffer)
         }
     }
 }
 
+impl ClMemory {
+    fn wrap(buffer: Buffer<u8>, len: usize, context: usize) -> Self {
+        let forks = gpubuf_core::process::generation();
+        ClMemory { buffer: std::mem::ManuallyDrop::new(buffer), len, context, forks }
+    }
+}
+
 impl Drop for ClMemory {
     fn drop(&mut self) {
-        // Before the buffer field releases the reference (fields drop after this body).
         owned::forget(Kind::Mem, self.raw());
+        if gpubuf_core::process::generation() != self.forks {
+            // A forked child: the reference is the parent's, and the driver may hang here.
+            return;
+        }
+        // SAFETY: dropped once, here, as the value goes away; nothing reads it after.
+        unsafe { std::mem::ManuallyDrop::drop(&mut self.buffer) };
     }
 }

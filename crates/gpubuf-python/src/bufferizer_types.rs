@@ -36,6 +36,8 @@ pub(crate) enum AnyBufferizer {
     I16(Bufferizer<Device, i16>),
     U16(Bufferizer<Device, u16>),
     U64(Bufferizer<Device, u64>),
+    /// `bool`
+    Bool(Bufferizer<Device, gpubuf_core::Bool>),
     F16(Bufferizer<Device, half::f16>),
     F32(Bufferizer<Device, f32>),
     F64(Bufferizer<Device, f64>),
@@ -53,6 +55,7 @@ macro_rules! each {
             AnyBufferizer::I16($b) => $body,
             AnyBufferizer::U16($b) => $body,
             AnyBufferizer::U64($b) => $body,
+            AnyBufferizer::Bool($b) => $body,
             AnyBufferizer::F16($b) => $body,
             AnyBufferizer::F32($b) => $body,
             AnyBufferizer::F64($b) => $body,
@@ -102,6 +105,7 @@ typed!(i8, I8, |v| v.extract());
 typed!(i16, I16, |v| v.extract());
 typed!(u16, U16, |v| v.extract());
 typed!(u64, U64, |v| v.extract());
+typed!(gpubuf_core::Bool, Bool, |v| v.extract::<bool>().map(gpubuf_core::Bool::from));
 typed!(half::f16, F16, |v| narrow(v, half::f16::from_f64, |x| x.is_finite()));
 typed!(f32, F32, |v| narrow(v, |x| x as f32, |x| x.is_finite()));
 

@@ -83,6 +83,8 @@ fn dl_dtype(d: DType) -> DLDataType {
         DType::I8 | DType::I16 | DType::I32 | DType::I64 => 0,
         DType::U8 | DType::U16 | DType::U32 | DType::U64 => 1,
         DType::F16 | DType::F32 | DType::F64 => 2,
+        // kDLBool, one byte per value.
+        DType::Bool => 6,
     };
     // Element sizes are 1 to 8 bytes.
     DLDataType { code, bits: (d.size() * 8) as u8, lanes: 1 }

@@ -85,6 +85,7 @@ fn dtype_of(t: &DLDataType) -> PyResult<DType> {
         (1, 16, 1) => DType::U16,
         (1, 32, 1) => DType::U32,
         (1, 64, 1) => DType::U64,
+        (6, 8, 1) => DType::Bool,
         (2, 16, 1) => DType::F16,
         (2, 32, 1) => DType::F32,
         (2, 64, 1) => DType::F64,

@@ -1,5 +1,5 @@
 //! One array type for every dtype: [`AnyArray`] holds an `NDBuffer<Device, T>` of one of
-//! gpubuf's eleven element types, and the macros run generic code on whichever it holds.
+//! gpubuf's twelve element types, and the macros run generic code on whichever it holds.
 
 use gpubuf::{DType, Device, NDBuffer};
 use half::f16;
@@ -30,6 +30,8 @@ pub enum AnyArray {
     F32(NDBuffer<Device, f32>),
     /// `float64`
     F64(NDBuffer<Device, f64>),
+    /// `bool`
+    Bool(NDBuffer<Device, gpubuf_core::Bool>),
 }
 
 /// Runs `$body` with `$nd` bound to the typed array `$a` holds.
@@ -47,6 +49,7 @@ macro_rules! dispatch {
             $crate::dtype::AnyArray::F16($nd) => $body,
             $crate::dtype::AnyArray::F32($nd) => $body,
             $crate::dtype::AnyArray::F64($nd) => $body,
+            $crate::dtype::AnyArray::Bool($nd) => $body,
         }
     };
 }
@@ -100,6 +103,10 @@ macro_rules! with_dtype {
                 type $t = f64;
                 $body
             }
+            gpubuf::DType::Bool => {
+                type $t = gpubuf_core::Bool;
+                $body
+            }
         }
     };
 }
@@ -131,6 +138,7 @@ wrap!(u64, U64);
 wrap!(f16, F16);
 wrap!(f32, F32);
 wrap!(f64, F64);
+wrap!(gpubuf_core::Bool, Bool);
 
 impl AnyArray {
     /// The element type.
@@ -155,7 +163,7 @@ impl AnyArray {
 }
 
 /// gpubuf's dtype from a numpy dtype, or `DTypeMismatchError` for one gpubuf has no type
-/// for (a complex or byte-swapped dtype, `bool`, ...).
+/// for (a complex, byte-swapped, string or structured dtype, ...).
 ///
 /// # Errors
 /// `DTypeMismatchError` as above.

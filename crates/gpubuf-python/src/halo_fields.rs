@@ -37,7 +37,7 @@ macro_rules! pick {
         }
     )*};
 }
-pick!(u8 => U8, i32 => I32, u32 => U32, i64 => I64, i8 => I8, i16 => I16, u16 => U16, u64 => U64, half::f16 => F16, f32 => F32, f64 => F64);
+pick!(u8 => U8, i32 => I32, u32 => U32, i64 => I64, i8 => I8, i16 => I16, u16 => U16, u64 => U64, half::f16 => F16, f32 => F32, f64 => F64, gpubuf_core::Bool => Bool);
 
 /// A set of any element type.
 enum AnyFields {
@@ -49,6 +49,8 @@ enum AnyFields {
     I16(HaloFields<Device, i16>),
     U16(HaloFields<Device, u16>),
     U64(HaloFields<Device, u64>),
+    /// `bool`
+    Bool(HaloFields<Device, gpubuf_core::Bool>),
     F16(HaloFields<Device, half::f16>),
     F32(HaloFields<Device, f32>),
     F64(HaloFields<Device, f64>),
@@ -65,6 +67,7 @@ macro_rules! fdispatch {
             AnyFields::I16($h) => $body,
             AnyFields::U16($h) => $body,
             AnyFields::U64($h) => $body,
+            AnyFields::Bool($h) => $body,
             AnyFields::F16($h) => $body,
             AnyFields::F32($h) => $body,
             AnyFields::F64($h) => $body,

@@ -28,6 +28,8 @@ enum AnyTransformer {
     I16(HaloDataTransformer<Device, i16>),
     U16(HaloDataTransformer<Device, u16>),
     U64(HaloDataTransformer<Device, u64>),
+    /// `bool`
+    Bool(HaloDataTransformer<Device, gpubuf_core::Bool>),
     F16(HaloDataTransformer<Device, half::f16>),
     F32(HaloDataTransformer<Device, f32>),
     F64(HaloDataTransformer<Device, f64>),
@@ -44,6 +46,7 @@ macro_rules! tdispatch {
             AnyTransformer::I16($x) => $body,
             AnyTransformer::U16($x) => $body,
             AnyTransformer::U64($x) => $body,
+            AnyTransformer::Bool($x) => $body,
             AnyTransformer::F16($x) => $body,
             AnyTransformer::F32($x) => $body,
             AnyTransformer::F64($x) => $body,
@@ -76,6 +79,7 @@ typed!(i8, I8);
 typed!(i16, I16);
 typed!(u16, U16);
 typed!(u64, U64);
+typed!(gpubuf_core::Bool, Bool);
 typed!(half::f16, F16);
 typed!(f32, F32);
 typed!(f64, F64);
@@ -276,6 +280,7 @@ impl PyHaloDataTransformer {
                     DType::I16 => AnyTransformer::I16(HaloDataTransformer::new(&dev, x, y)?),
                     DType::U16 => AnyTransformer::U16(HaloDataTransformer::new(&dev, x, y)?),
                     DType::U64 => AnyTransformer::U64(HaloDataTransformer::new(&dev, x, y)?),
+                    DType::Bool => AnyTransformer::Bool(HaloDataTransformer::new(&dev, x, y)?),
                     DType::F16 => AnyTransformer::F16(HaloDataTransformer::new(&dev, x, y)?),
                     DType::F32 => AnyTransformer::F32(HaloDataTransformer::new(&dev, x, y)?),
                     DType::F64 => AnyTransformer::F64(HaloDataTransformer::new(&dev, x, y)?),

@@ -75,10 +75,11 @@ impl PyNDBuffer {
     /// The numpy array ``array`` (or anything ``numpy.asarray`` takes) on ``backend``
     /// (default: a new CPU device).
     ///
-    /// On the CPU backend a C-contiguous, writeable numpy array whose data starts on an
-    /// 8-byte boundary is shared, not copied: the result is a view of the same memory
+    /// On the CPU backend a C- or F-contiguous, writeable numpy array whose data starts on
+    /// an 8-byte boundary is shared, not copied: the result is a view of the same memory
     /// (writes show on both sides) and keeps the numpy array alive. Anything else is copied
-    /// in C order. ``copy=True`` always copies; ``copy=False`` raises
+    /// in C order, or F order for an F-contiguous array (its memory order is kept).
+    /// ``copy=True`` always copies; ``copy=False`` raises
     /// ``InvalidArgumentError`` when the array cannot be shared.
     ///
     /// Raises ``DTypeMismatchError`` for a dtype gpubuf has no type for,
@@ -91,6 +92,18 @@ impl PyNDBuffer {
         backend: Option<&PyBackend>,
         copy: Option<bool>,
     ) -> PyResult<Self> {
+        // An F-contiguous numpy array keeps its memory order: its transpose (C-contiguous)
+        // goes through, and the result is transposed back (shared on the CPU like a C one).
+        let np = py.import("numpy")?;
+        if array.is_instance(&np.getattr("ndarray")?)? && array.getattr("ndim")?.extract::<usize>()? > 1 {
+            let flags = array.getattr("flags")?;
+            if flags.getattr("f_contiguous")?.is_truthy()? && !flags.getattr("c_contiguous")?.is_truthy()? {
+                let t = crate::adopt::from_numpy(py, &array.getattr("T")?, device_of(backend), copy)?;
+                return Ok(PyNDBuffer {
+                    array: dispatch!(t, nd => nd.transpose(None).map(Wrap::wrap)).py()?,
+                });
+            }
+        }
         Ok(PyNDBuffer { array: crate::adopt::from_numpy(py, array, device_of(backend), copy)? })
     }
 
@@ -121,7 +134,8 @@ impl PyNDBuffer {
     }
 
     /// The array as numpy: on the CPU a view of the same memory (writes show on both
-    /// sides; the view keeps this array alive), elsewhere a C-order copy.
+    /// sides; the view keeps this array alive), elsewhere a copy, F-ordered for an
+    /// F-contiguous array and C-ordered otherwise.
     pub(crate) fn to_numpy<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
         let py = slf.py();
         let this = slf.get();
@@ -130,12 +144,22 @@ impl PyNDBuffer {
         }
         let array = this.array.clone();
         interop::numpy_fits(&array)?;
+        // An F-contiguous array comes back F-ordered: its transpose is read as C and
+        // transposed back, so the memory order is kept (numpy's `.T`, no copy).
+        let fortran =
+            dispatch!(&array, nd => nd.layout().is_f_contiguous() && !nd.layout().is_c_contiguous());
+        let array =
+            if fortran { dispatch!(array, nd => nd.transpose(None).map(Wrap::wrap)).py()? } else { array };
         let shape = PyTuple::new(py, array.shape())?;
-        dispatch!(array, nd => {
+        let out = dispatch!(array, nd => {
             // One axis across the boundary (rust-numpy takes at most 32), numpy's shape after.
             let flat = py.detach(move || nd.to_vec()).py()?;
             numpy::PyArray1::from_vec(py, flat).call_method1("reshape", (shape,))
-        })
+        })?;
+        if fortran {
+            return out.getattr("T");
+        }
+        Ok(out)
     }
 
     /// A copy of the array on ``backend`` (contiguous, C order).
@@ -146,7 +170,7 @@ impl PyNDBuffer {
     }
 
     /// A contiguous copy on the same backend.
-    fn copy(&self, py: Python<'_>) -> PyResult<Self> {
+    pub(crate) fn copy(&self, py: Python<'_>) -> PyResult<Self> {
         let array = self.array.clone();
         let array = py.detach(move || dispatch!(array, nd => nd.copy().map(Wrap::wrap))).py()?;
         Ok(PyNDBuffer { array })
@@ -154,11 +178,12 @@ impl PyNDBuffer {
 
     /// ``a[key]``: the view ``key`` selects (ints, slices with any step, ``...`` and
     /// ``None``, numpy's basic indexing), sharing this array's memory. An integer for every
-    /// axis gives a 0-d array.
+    /// axis gives a 0-d array. A key with integer arrays, lists or boolean masks (numpy's
+    /// advanced indexing, with numpy's rules) gives a new array, gathered on the device.
     ///
     /// Raises ``OutOfBoundsError`` (an ``IndexError``) for an index outside its axis or
-    /// more indices than axes, ``InvalidArgumentError`` for lists, arrays, booleans (no
-    /// fancy indexing), a zero step or a second ``...``.
+    /// more indices than axes (numpy's ``IndexError`` for an advanced key),
+    /// ``InvalidArgumentError`` for a zero step, a second ``...`` or another type.
     fn __getitem__(&self, key: &Bound<'_, PyAny>) -> PyResult<Self> {
         Ok(PyNDBuffer { array: crate::region::get(&self.array, key)? })
     }
@@ -177,8 +202,10 @@ impl PyNDBuffer {
     /// a contiguous region, else into a staging array (from ``pool``, a ``MemoryPool`` of
     /// this device, when given) that one scatter writes into the region. A value that
     /// shares memory with this array (a numpy view of it, the numpy array it adopted,
-    /// another array over the same bytes) is copied first, as numpy does. Runs with the GIL
-    /// released.
+    /// another array over the same bytes) is copied first, as numpy does. An advanced key
+    /// (integer arrays, lists, masks) takes the value converted the same way to the
+    /// selection's shape and scatters it on the device (of repeated indices the last
+    /// value wins, as in numpy). Runs with the GIL released.
     ///
     /// Raises as ``__getitem__``; ``DTypeMismatchError`` for an ``NDBuffer`` of another
     /// dtype; ``ShapeMismatchError`` when the value does not broadcast to the region;
@@ -200,11 +227,14 @@ impl PyNDBuffer {
     }
 
     /// The same elements with another ``shape`` (ints or one sequence; one extent may be
-    /// -1): a view when the array is C-contiguous, else a C-order copy.
+    /// -1), read and placed in ``order`` (numpy's: ``"C"`` row-major, ``"F"``
+    /// column-major, ``"A"`` F when the array is F-contiguous and not C-contiguous): a view
+    /// when the array is contiguous in that order, else a copy.
     ///
-    /// Raises ``ShapeMismatchError`` when the sizes differ.
-    #[pyo3(signature = (*shape))]
-    fn reshape(&self, py: Python<'_>, shape: &Bound<'_, PyTuple>) -> PyResult<Self> {
+    /// Raises ``ShapeMismatchError`` when the sizes differ, ``InvalidArgumentError`` for
+    /// another order.
+    #[pyo3(signature = (*shape, order = "C"))]
+    fn reshape(&self, py: Python<'_>, shape: &Bound<'_, PyTuple>, order: &str) -> PyResult<Self> {
         let ints = || invalid("a shape is ints or one sequence of ints");
         let dims: Vec<i128> = match shape.len() {
             1 => {
@@ -217,15 +247,21 @@ impl PyNDBuffer {
             _ => shape.extract().map_err(|_| ints())?,
         };
         let new = crate::reshape::resolve_shape(&self.array, &dims)?;
+        let fortran = crate::reshape::fortran_order(&self.array, order, false)?;
         let array = self.array.clone();
-        let array = py.detach(move || dispatch!(array, nd => nd.reshape(&new).map(Wrap::wrap))).py()?;
+        let array = py.detach(move || crate::reshape::reshape_in(&array, &new, fortran)).py()?;
         Ok(PyNDBuffer { array })
     }
 
-    /// The elements as a 1-d array: a view when C-contiguous, else a C-order copy.
-    fn ravel(&self, py: Python<'_>) -> PyResult<Self> {
-        let (array, n) = (self.array.clone(), self.size());
-        let array = py.detach(move || dispatch!(array, nd => nd.reshape(&[n]).map(Wrap::wrap))).py()?;
+    /// The elements as a 1-d array in ``order`` (``"C"``, ``"F"``, ``"A"`` as
+    /// ``reshape``; ``"K"`` memory order, F for an F-contiguous array, else C): a view when
+    /// contiguous in that order, else a copy.
+    #[pyo3(signature = (order = "C"))]
+    fn ravel(&self, py: Python<'_>, order: &str) -> PyResult<Self> {
+        let n = self.size();
+        let fortran = crate::reshape::fortran_order(&self.array, order, true)?;
+        let array = self.array.clone();
+        let array = py.detach(move || crate::reshape::reshape_in(&array, &[n], fortran)).py()?;
         Ok(PyNDBuffer { array })
     }
 

@@ -57,7 +57,7 @@ impl IntoPyErr for Error {
 /// # Errors
 /// `OutOfBoundsError` for an integer outside its axis or more indices than axes;
 /// `InvalidArgumentError` for a second `Ellipsis`, a zero step, or anything else (lists,
-/// arrays and booleans: fancy indexing is not supported).
+/// arrays and booleans are advanced keys, which [`crate::fancy`] takes).
 pub fn parse_key(key: &Bound<'_, PyAny>, shape: &[usize]) -> PyResult<Vec<Index>> {
     let items: Vec<Bound<'_, PyAny>> = match key.cast::<PyTuple>() {
         Ok(t) => t.iter().collect(),
@@ -185,6 +185,9 @@ pub fn view_of<T: gpubuf::Element>(
 /// # Errors
 /// As [`parse_key`] and [`view_of`].
 pub fn get(array: &AnyArray, key: &Bound<'_, PyAny>) -> PyResult<AnyArray> {
+    if crate::fancy::is_fancy(key)? {
+        return crate::fancy::get(array, key);
+    }
     let items = parse_key(key, array.shape())?;
     dispatch!(array, nd => view_of(nd, &items).map(Wrap::wrap).py())
 }
@@ -214,6 +217,9 @@ pub fn set(
     pool: Option<&MemoryPool<GilAllocator>>,
 ) -> PyResult<()> {
     let py = key.py();
+    if crate::fancy::is_fancy(key)? {
+        return crate::fancy::set(array, key, value, pool);
+    }
     let region = get(array, key)?;
     if let Some(p) = pool {
         if !p.allocator().device.same_device(array.device()) {
@@ -276,7 +282,7 @@ fn copy_between(dst: &AnyArray, src: &AnyArray) -> gpubuf::Result<()> {
             }
         };
     }
-    arm!(U8, I32, U32, I64, I8, I16, U16, U64, F16, F32, F64)
+    arm!(U8, I32, U32, I64, I8, I16, U16, U64, F16, F32, F64, Bool)
 }
 
 /// Writes the numpy array (or 0-d scalar) `arr` of `T` into the view `region`.

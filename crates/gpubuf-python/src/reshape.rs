@@ -27,3 +27,33 @@ pub fn resolve_shape(array: &AnyArray, shape: &[i128]) -> PyResult<Vec<usize>> {
 pub fn reinterpret(array: &AnyArray, dtype: gpubuf::DType) -> PyResult<AnyArray> {
     dispatch!(array, nd => with_dtype!(dtype, U => nd.view_as::<U>().map(U::wrap))).py()
 }
+
+/// Whether numpy's `order` means Fortran order for `array`: `"C"` no, `"F"` yes, `"A"`
+/// (and `"K"` where `keep`, for `ravel`) when the array is F-contiguous and not
+/// C-contiguous.
+///
+/// # Errors
+/// `InvalidArgumentError` for another order.
+pub fn fortran_order(array: &AnyArray, order: &str, keep: bool) -> PyResult<bool> {
+    let f_only = || dispatch!(array, nd => nd.layout().is_f_contiguous() && !nd.layout().is_c_contiguous());
+    match order {
+        "C" => Ok(false),
+        "F" => Ok(true),
+        "A" => Ok(f_only()),
+        "K" if keep => Ok(f_only()),
+        _ => Err(invalid(format!(
+            "order is 'C', 'F' or 'A'{}, not {order:?}",
+            if keep { " or 'K'" } else { "" }
+        ))),
+    }
+}
+
+/// `array` reshaped to `shape` in Fortran order when `fortran`, else C order
+/// (`NDBuffer::reshape_order`).
+///
+/// # Errors
+/// `ShapeMismatch` and copy errors, as `NDBuffer::reshape_order`.
+pub fn reshape_in(array: &AnyArray, shape: &[usize], fortran: bool) -> gpubuf::Result<AnyArray> {
+    let order = if fortran { gpubuf::Order::F } else { gpubuf::Order::C };
+    dispatch!(array, nd => nd.reshape_order(shape, order).map(Wrap::wrap))
+}

@@ -7,7 +7,9 @@ import pytest
 
 import gpubuf
 
-DTYPES = ["uint8", "int32", "uint32", "int64", "int8", "int16", "uint16", "uint64", "float16", "float32", "float64"]
+DTYPES = [
+    "uint8", "int32", "uint32", "int64", "int8", "int16", "uint16", "uint64", "float16", "float32", "float64", "bool"
+]
 
 
 def address(a):
@@ -60,7 +62,7 @@ def test_zeros_empty_copy_and_to_backend(backend, cpu):
 
 
 def test_unsupported_dtypes_raise_dtype_mismatch(backend):
-    for x in [np.zeros(3, np.complex64), np.zeros(3, bool), np.zeros(3, ">f8"), np.zeros(3, np.complex128)]:
+    for x in [np.zeros(3, np.complex64), np.zeros(3, "U2"), np.zeros(3, ">f8"), np.zeros(3, np.complex128)]:
         with pytest.raises(gpubuf.DTypeMismatchError) as e:
             gpubuf.NDBuffer.from_numpy(x, backend)
         assert isinstance(e.value, TypeError) and e.value.expected is None

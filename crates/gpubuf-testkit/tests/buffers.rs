@@ -59,6 +59,7 @@ fn round_trip_dtype<B: Kernels>(b: &B, d: DType, shape: &[usize], order: Order, 
         DType::F16 => round_trip_one::<B, gpubuf::f16>(b, shape, order, seed),
         DType::F32 => round_trip_one::<B, f32>(b, shape, order, seed),
         DType::F64 => round_trip_one::<B, f64>(b, shape, order, seed),
+        DType::Bool => round_trip_one::<B, gpubuf::Bool>(b, shape, order, seed),
     }
 }
 

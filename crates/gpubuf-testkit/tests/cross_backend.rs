@@ -70,6 +70,7 @@ impl EachBackend for ViewCopy {
             DType::F16 => self.typed::<B, gpubuf::f16>(b),
             DType::F32 => self.typed::<B, f32>(b),
             DType::F64 => self.typed::<B, f64>(b),
+            DType::Bool => self.typed::<B, gpubuf::Bool>(b),
         }
     }
 }

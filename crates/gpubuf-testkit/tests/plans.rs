@@ -225,7 +225,35 @@ fn huge_declared_lengths_are_errors<B: Kernels>(b: &B) -> Result<()> {
     Ok(())
 }
 
+/// A plan that negates refuses bool (no negation), for gather and scatter, with nothing
+/// written; the same plan without negation moves bool bytes unchanged.
+fn negating_plans_refuse_bool<B: Kernels>(b: &B) -> Result<()> {
+    let s = b.default_stream();
+    let src = exec::upload(b, &bytes(16, 21))?;
+    let buf = exec::upload(b, &bytes(16, 22))?;
+    let seg = Segment::new(0, 15, &[(16, -1)], 0)?;
+    let plan = b.prepare(&CopyPlan::new(vec![16], 16, vec![seg.negated(true)])?, DType::Bool);
+    let plan = match plan {
+        Err(e) => e,
+        Ok(p) => {
+            let g = b.gather(s, &p, &[MemRef::whole(&src)], MemRef::whole(&buf)).unwrap_err();
+            let r = b.scatter(s, &p, MemRef::whole(&buf), &[MemRef::whole(&src)]);
+            assert!(matches!(r, Err(Error::InvalidArgument(_))), "scatter: {r:?}");
+            g
+        }
+    };
+    assert!(matches!(&plan, Error::InvalidArgument(m) if m.contains("bool")), "{plan:?}");
+    assert_eq!(exec::download(b, &src)?, bytes(16, 21), "the source is untouched");
+    assert_eq!(exec::download(b, &buf)?, bytes(16, 22), "the buffer is untouched");
+    let p = b.prepare(&CopyPlan::new(vec![16], 16, vec![seg])?, DType::Bool)?;
+    b.gather(s, &p, &[MemRef::whole(&src)], MemRef::whole(&buf))?;
+    let want: Vec<u8> = bytes(16, 21).into_iter().rev().collect();
+    assert_eq!(exec::download(b, &buf)?, want);
+    Ok(())
+}
+
 backend_tests!(
+    negating_plans_refuse_bool,
     large_gathers_match_reference,
     gather_matches_reference,
     gather_scatter_round_trip,

@@ -21,17 +21,32 @@ pub struct Expected {
 /// # Errors
 /// The first bad line, by number.
 pub fn parse_expected(text: &str) -> Result<Vec<Expected>, String> {
+    let files: Vec<&str> = FILES.iter().chain(&MPI_FILES).copied().collect();
+    parse_expected_in(text, EXPECTED, &files)
+}
+
+/// Reads an expected-failures file `name` as [`parse_expected`] does, for a suite that runs
+/// `files` (files, or folders whose files all run), relative to its `tests/`.
+///
+/// # Errors
+/// The first bad line, by number.
+pub fn parse_expected_in(text: &str, name: &str, files: &[&str]) -> Result<Vec<Expected>, String> {
+    let runs = |file: &str| {
+        files.iter().any(|f| {
+            file == *f || (!f.ends_with(".py") && file.strip_prefix(f).is_some_and(|r| r.starts_with('/')))
+        })
+    };
     let mut out: Vec<Expected> = Vec::new();
     for (i, line) in text.lines().enumerate() {
         let line = line.trim();
         if line.is_empty() || line.starts_with('#') {
             continue;
         }
-        let bad = |why: &str| format!("{EXPECTED} line {}: {why}: `{line}`", i + 1);
+        let bad = |why: &str| format!("{name} line {}: {why}: `{line}`", i + 1);
         let (id, reason) = line.split_once(" | ").ok_or_else(|| bad("not `<id> | <reason>`"))?;
         let (id, reason) = (id.trim(), reason.trim());
         let (file, test) = id.split_once("::").ok_or_else(|| bad("the id has no `::`"))?;
-        if !FILES.iter().chain(&MPI_FILES).any(|f| *f == file) {
+        if !runs(file) {
             return Err(bad("the id's file is not one of the files that run"));
         }
         if test.is_empty() || id.contains(char::is_whitespace) {
@@ -94,6 +109,13 @@ mod tests {
         ] {
             let err = parse_expected(bad).unwrap_err();
             assert!(err.contains(why), "{bad:?}: {err}");
+        }
+        let folders = ["test_api.py", "test_codecs"];
+        let ok = "test_codecs/test_sharding.py::test_a | r\ntest_api.py::test_b | r";
+        assert_eq!(parse_expected_in(ok, "f", &folders).unwrap().len(), 2);
+        for bad in ["test_codecsx/test_a.py::t | r", "test_api.pyx::t | r", "test_api.py/x.py::t | r"] {
+            let err = parse_expected_in(bad, "f", &folders).unwrap_err();
+            assert!(err.contains("not one of the files"), "{bad:?}: {err}");
         }
     }
 

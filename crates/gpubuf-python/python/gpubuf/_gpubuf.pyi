@@ -95,6 +95,16 @@ def backends() -> List[Dict[str, Any]]:
 def available_backends() -> List[str]:
     """The names of the backends that can run here."""
 
+class Flags:
+    """An array's layout flags (``NDBuffer.flags``), by attribute or numpy's key."""
+
+    c_contiguous: bool
+    f_contiguous: bool
+    owndata: bool
+    writeable: bool
+    def __getitem__(self, key: str) -> bool:
+        """A flag by numpy's name (``"C_CONTIGUOUS"``, ``"F"``, ...); KeyError for another."""
+
 class NDBuffer:
     """An n-d array of one dtype on one backend's device."""
 
@@ -164,10 +174,35 @@ class NDBuffer:
     def __len__(self) -> int: ...
     def __reduce__(self) -> Tuple[Any, Tuple[np.ndarray, Backend]]:
         """Pickles as ``NDBuffer.from_numpy(values, backend)`` (values in C order)."""
+    def __eq__(self, other: Any) -> NDBuffer:  # type: ignore[override]
+        """Elementwise ``==`` (numpy's rules): a bool array on this backend, computed on
+        host values (in place on the CPU backend, one read elsewhere)."""
+    def __ne__(self, other: Any) -> NDBuffer:  # type: ignore[override]
+        """Elementwise ``!=``, as ``__eq__``."""
+    __hash__: None  # type: ignore[assignment]
+    def all(
+        self, axis: Any = None, out: None = None, keepdims: bool = False, *, where: Any = None
+    ) -> Union[bool, NDBuffer]:
+        """Whether every element is true: a bool for a full reduction, else a bool array."""
+    def any(
+        self, axis: Any = None, out: None = None, keepdims: bool = False, *, where: Any = None
+    ) -> Union[bool, NDBuffer]:
+        """Whether any element is true, as ``all``."""
+    def astype(
+        self, dtype: _DType, order: str = "K", casting: str = "unsafe", subok: bool = True, copy: bool = True
+    ) -> NDBuffer:
+        """The values converted to ``dtype`` on this backend (C order); ``copy=False`` with
+        the same dtype gives this array."""
+    @property
+    def flags(self) -> Flags:
+        """The layout flags, as numpy's ``ndarray.flags``."""
+    def tobytes(self, order: str = "C") -> bytes:
+        """The values as bytes in ``order``, read from the device once."""
     def __getitem__(self, key: Any) -> NDBuffer:
-        """A view (numpy's basic indexing: ints, slices with any step, ``...``, None);
-        OutOfBoundsError for an index outside its axis, InvalidArgumentError for fancy
-        indices (lists, arrays, booleans), a zero step or a second ``...``."""
+        """A view (numpy's basic indexing: ints, slices with any step, ``...``, None), or
+        for integer arrays, lists and masks (advanced indexing) a new array gathered on
+        the device; OutOfBoundsError (numpy's IndexError for advanced keys) for an index
+        outside its axis, InvalidArgumentError for a zero step or a second ``...``."""
     def __setitem__(self, key: Any, value: Any) -> None:
         """``set_region(key, value)`` with a fresh staging array."""
     def set_region(self, key: Any, value: Any, pool: Optional[MemoryPool] = None) -> None:
@@ -178,10 +213,11 @@ class NDBuffer:
         that shares memory with this array is copied first, as numpy does."""
     def fill(self, value: Any) -> None:
         """Sets every element to ``value`` on the device."""
-    def reshape(self, *shape: Union[int, Sequence[int]]) -> NDBuffer:
-        """Another shape (one extent may be -1): a view when C-contiguous, else a copy."""
-    def ravel(self) -> NDBuffer:
-        """1-d: a view when C-contiguous, else a C-order copy."""
+    def reshape(self, *shape: Union[int, Sequence[int]], order: str = "C") -> NDBuffer:
+        """Another shape (one extent may be -1) in ``order`` (C, F or A): a view when
+        contiguous in that order, else a copy."""
+    def ravel(self, order: str = "C") -> NDBuffer:
+        """1-d in ``order`` (C, F, A or K): a view when contiguous in that order, else a copy."""
     def transpose(self, axes: Optional[Sequence[int]] = None) -> NDBuffer:
         """A view with the axes permuted (None reverses them; negative axes count from the end)."""
     def view(self, dtype: _DType) -> NDBuffer:

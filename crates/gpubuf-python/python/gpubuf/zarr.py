@@ -17,10 +17,18 @@ one is decoded and merged on the host; chunks are read back once for encoding.
 
 Every ``NDBuffer`` and ``Buffer`` holds either a numpy array (host) or a
 ``gpubuf.NDBuffer`` of the prototype's device (``as_ndarray_like()`` / ``as_array_like()``
-return it without a copy). Element types are gpubuf's: int8 to int64, uint8 to
-uint64, float16, float32 and float64; another dtype raises ``gpubuf.DTypeMismatchError`` where a
-device array is made (``create``, ``empty``, ``from_numpy_array``).
+return it without a copy). Device arrays hold gpubuf's element types (bool, int8 to
+int64, uint8 to uint64, float16 to float64, native byte order); an array of another
+dtype (strings, bytes, structured, byte-swapped) stays a numpy array on the host, the
+prototype's documented fallback, so every zarr array reads and writes.
+
+The classes of a backend name are made without touching the device: its ``Backend`` and
+``MemoryPool`` are made on first use, so zarr can load every gpubuf entry point (the
+``cuda`` ones too) on a machine without that backend; using a class whose backend cannot
+run raises ``BackendUnavailableError`` then.
 """
+
+import threading
 
 import numpy as np
 from zarr.core.buffer import core
@@ -46,21 +54,74 @@ def _unwrap(value):
     return value
 
 
-def _class_backend(cls, attr):
-    """The backend of a prototype's class, or InvalidArgumentError for the base class."""
-    if cls.backend is None:
+_DEVICE_DTYPES = frozenset(
+    np.dtype(n)
+    for n in ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float16", "float32", "float64")
+)
+
+
+def _on_host(dtype):
+    """Whether arrays of ``dtype`` take the host fallback (gpubuf has no element type)."""
+    return np.dtype(dtype) not in _DEVICE_DTYPES
+
+
+class _Device:
+    """A prototype's backend and pool, made on first use (``backend`` is a name or a
+    ``gpubuf.Backend``)."""
+
+    def __init__(self, backend):
+        self._given = backend
+        self._made = None
+        self._lock = threading.Lock()
+
+    def get(self):
+        """``(Backend, MemoryPool)``, made once."""
+        made = self._made
+        if made is None:
+            with self._lock:
+                if self._made is None:
+                    b = self._given if isinstance(self._given, Backend) else Backend(self._given)
+                    self._made = (b, MemoryPool(b))
+                made = self._made
+        return made
+
+
+class _Meta(type):
+    """The classes' ``backend`` and ``pool``, made on first use (None on the base classes)."""
+
+    @property
+    def backend(cls):
+        """The prototype's ``gpubuf.Backend`` (made on first use)."""
+        return None if cls._device is None else cls._device.get()[0]
+
+    @property
+    def pool(cls):
+        """The prototype's ``gpubuf.MemoryPool`` (made on first use)."""
+        return None if cls._device is None else cls._device.get()[1]
+
+
+def _class_device(cls, attr):
+    """``(Backend, MemoryPool)`` of a prototype's class, InvalidArgumentError for a base class."""
+    if cls._device is None:
         raise InvalidArgumentError(f"use buffer_prototype(backend).{attr}: this class has no backend")
-    return cls.backend
+    return cls._device.get()
 
 
-class Buffer(core.Buffer):
+class _BufferMeta(_Meta, type(core.Buffer)):
+    """``_Meta`` with the metaclass of zarr's ``Buffer`` (an ABC)."""
+
+
+class _NDBufferMeta(_Meta, type(core.NDBuffer)):
+    """``_Meta`` with the metaclass of zarr's ``NDBuffer``."""
+
+
+class Buffer(core.Buffer, metaclass=_BufferMeta):
     """zarr's flat byte buffer over gpubuf: a 1-d uint8 numpy array (host, as chunk bytes
     read from a store are) or a 1-d uint8 ``gpubuf.NDBuffer`` of ``backend``. Use the
     class ``buffer_prototype(backend).buffer``; this base class has no backend.
     ``pool`` is the prototype's ``MemoryPool`` (staging of uploads, device arrays)."""
 
-    backend = None
-    pool = None
+    _device = None
 
     def __init__(self, array_like):
         if isinstance(array_like, _Array):
@@ -71,7 +132,11 @@ class Buffer(core.Buffer):
 
     @classmethod
     def _backend(cls):
-        return _class_backend(cls, "buffer")
+        return _class_device(cls, "buffer")[0]
+
+    @classmethod
+    def _pool(cls):
+        return _class_device(cls, "buffer")[1]
 
     @classmethod
     def create_zero_length(cls):
@@ -103,7 +168,7 @@ class Buffer(core.Buffer):
         core.check_item_key_is_1d_contiguous(key)
         value = _unwrap(value)
         if isinstance(self._data, _Array):
-            self._data.set_region(key, value, self.pool)
+            self._data.set_region(key, value, self._pool())
         else:
             self._data[key] = value.to_numpy() if isinstance(value, _Array) else value
 
@@ -117,17 +182,18 @@ class Buffer(core.Buffer):
         if not any(isinstance(p, _Array) for p in parts):
             return self.__class__(np.concatenate(parts))
         backend = self._backend()
-        out = self.pool.empty(sum(p.size for p in parts), "uint8")
+        pool = self._pool()
+        out = pool.empty(sum(p.size for p in parts), "uint8")
         at = 0
         for p in parts:
             if isinstance(p, _Array):
                 p = _on_device(p, backend)
-            out.set_region(slice(at, at + p.size), p, self.pool)
+            out.set_region(slice(at, at + p.size), p, pool)
             at += p.size
         return self.__class__(out)
 
 
-class NDBuffer(core.NDBuffer):
+class NDBuffer(core.NDBuffer, metaclass=_NDBufferMeta):
     """zarr's n-d buffer over gpubuf: a ``gpubuf.NDBuffer`` of ``backend`` (what
     ``create``, ``empty`` and ``from_numpy_array`` make, and what zarr reads into), or a
     numpy array (a decoded chunk on its way into a device array). Use the class
@@ -135,26 +201,28 @@ class NDBuffer(core.NDBuffer):
     ``pool`` is the prototype's ``MemoryPool``: device arrays come from it (as CuPy's
     come from its pool in zarr's own GPU prototype), and uploads stage through it."""
 
-    backend = None
-    pool = None
+    _device = None
 
     def __init__(self, array):
         if isinstance(array, _Array):
             array = _on_device(array, self._backend())
         elif not isinstance(array, np.ndarray):
             array = np.asarray(array)
-        if array.dtype == object:
-            raise InvalidArgumentError("object arrays have no gpubuf element type")
         super().__init__(array)
 
     @classmethod
     def _backend(cls):
-        return _class_backend(cls, "nd_buffer")
+        return _class_device(cls, "nd_buffer")[0]
+
+    @classmethod
+    def _pool(cls):
+        return _class_device(cls, "nd_buffer")[1]
 
     @classmethod
     def create(cls, *, shape, dtype, order="C", fill_value=None):
         """A new device array of ``shape`` and ``dtype`` in C or F ``order``, filled with
-        ``fill_value`` on the device (uninitialised when None)."""
+        ``fill_value`` on the device (uninitialised when None); a numpy array for a dtype
+        gpubuf has no element type for."""
         out = cls.empty(tuple(shape), dtype, order)
         if fill_value is not None:
             out.fill(fill_value)
@@ -164,20 +232,28 @@ class NDBuffer(core.NDBuffer):
     def empty(cls, shape, dtype, order="C"):
         """A new uninitialised device array from the prototype's ``pool`` (its block
         returns to the pool when the array and its views are gone; an F-order one is the
-        transposed view of a C-order array of the reversed shape)."""
+        transposed view of a C-order array of the reversed shape). A dtype gpubuf has no
+        element type for (strings, bytes, structured, byte-swapped) gives a numpy array."""
         if order not in ("C", "F"):
             raise InvalidArgumentError(f"order is 'C' or 'F', not {order!r}")
         shape = tuple(int(n) for n in shape)
-        cls._backend()
+        pool = cls._pool()
+        if _on_host(dtype):
+            return cls(np.empty(shape, dtype=dtype, order=order))
         if order == "F":
-            return cls(cls.pool.empty(shape[::-1], np.dtype(dtype)).transpose())
-        return cls(cls.pool.empty(shape, np.dtype(dtype)))
+            return cls(pool.empty(shape[::-1], np.dtype(dtype)).transpose())
+        return cls(pool.empty(shape, np.dtype(dtype)))
 
     @classmethod
     def from_numpy_array(cls, array_like):
         """``array_like`` (anything ``numpy.asarray`` takes) uploaded to the device (on
-        the CPU backend a suitable numpy array is shared, as ``gpubuf.NDBuffer.from_numpy``)."""
-        return cls(_Array.from_numpy(np.asarray(array_like), cls._backend()))
+        the CPU backend a suitable numpy array is shared, as ``gpubuf.NDBuffer.from_numpy``);
+        kept on the host for a dtype gpubuf has no element type for."""
+        array = np.asarray(array_like)
+        backend = cls._backend()
+        if _on_host(array.dtype):
+            return cls(array)
+        return cls(_Array.from_numpy(array, backend))
 
     def to_device(self):
         """This buffer with its data on the device (itself when it is there already)."""
@@ -196,12 +272,12 @@ class NDBuffer(core.NDBuffer):
         return np.asarray(self._data)
 
     def astype(self, dtype, order="K"):
-        """The data converted to ``dtype`` (on the host: a device array is read, converted
-        and uploaded again)."""
+        """The data converted to ``dtype`` (``gpubuf.NDBuffer.astype`` for a device array;
+        to a dtype gpubuf has no element type for, a numpy array)."""
         if isinstance(self._data, _Array):
-            if np.dtype(dtype) == self._data.dtype:
-                return self.copy()
-            return self.from_numpy_array(self._data.to_numpy().astype(dtype, order=order))
+            if _on_host(dtype):
+                return self.__class__(self._data.to_numpy().astype(dtype, order=order))
+            return self.__class__(self._data.astype(dtype, order=order))
         return self.__class__(self._data.astype(dtype, order=order))
 
     def all_equal(self, other, equal_nan=True):
@@ -226,7 +302,7 @@ class NDBuffer(core.NDBuffer):
         if isinstance(self._data, _Array):
             if isinstance(value, _Array):
                 value = _on_device(value, self._data.backend)
-            self._data.set_region(key, value, self.pool)
+            self._data.set_region(key, value, self._pool())
         else:
             self._data[key] = value.to_numpy() if isinstance(value, _Array) else value
 
@@ -252,26 +328,41 @@ def buffer_prototype(backend="cpu"):
     """
     if isinstance(backend, str):
         key = backend.lower()
-        if key not in _PROTOTYPES:
-            _PROTOTYPES[key] = _make(Backend(key), by_name=True)
-        return _PROTOTYPES[key]
+        proto = _named(key)
+        proto.nd_buffer._device.get()
+        return proto
     if isinstance(backend, Backend):
         key = id(backend)
-        found = _PROTOTYPES.get(key)
-        if found is None or found[0] is not backend:
-            # The Backend is kept in the entry, so its id is not reused while cached.
-            found = (backend, _make(backend))
-            _PROTOTYPES[key] = found
-        return found[1]
+        with _LOCK:
+            found = _PROTOTYPES.get(key)
+            if found is None or found[0] is not backend:
+                # The Backend is kept in the entry, so its id is not reused while cached.
+                found = (backend, _make(backend))
+                _PROTOTYPES[key] = found
+            return found[1]
     raise InvalidArgumentError(f"a backend is a name or a gpubuf.Backend, not {type(backend).__name__}")
 
 
+_LOCK = threading.Lock()
+
+
+def _named(key):
+    """The prototype of the backend name ``key`` (lower case), its device not yet made."""
+    if key not in ("cpu", "opencl", "cuda"):
+        raise InvalidArgumentError(f"unknown backend {key!r}: 'cpu', 'opencl' or 'cuda'")
+    with _LOCK:
+        if key not in _PROTOTYPES:
+            _PROTOTYPES[key] = _make(key, by_name=True)
+        return _PROTOTYPES[key]
+
+
 def _make(backend, by_name=False):
-    ns = {"backend": backend, "pool": MemoryPool(backend), "__module__": __name__}
-    name = backend.name.capitalize()
+    ns = {"_device": _Device(backend), "__module__": __name__}
+    label = backend if by_name else backend.name
+    name = label.capitalize()
     classes = []
     for base in (Buffer, NDBuffer):
-        cls = type(f"{name}{base.__name__}", (base,), dict(ns, __doc__=f"``{base.__name__}`` on {backend.name}."))
+        cls = type(f"{name}{base.__name__}", (base,), dict(ns, __doc__=f"``{base.__name__}`` on {label}."))
         if not by_name:
             # Only the prototypes of a name can be found again by pickle (module __getattr__).
             cls.__qualname__ = f"buffer_prototype.<locals>.{cls.__name__}"
@@ -315,8 +406,9 @@ _PICKLED = {f"{n.capitalize()}{c}": (n, i) for n in ("cpu", "opencl", "cuda") fo
 
 def __getattr__(name):
     """``gpubuf.zarr.OpenclBuffer`` and the like: the classes of ``buffer_prototype(name)``,
-    so pickle finds the prototypes of a backend name in another process."""
+    so pickle and zarr's entry points find them in any process. Getting one does not touch
+    the device (zarr loads every entry point, ``cuda``'s too, on any machine)."""
     if name in _PICKLED:
         backend, i = _PICKLED[name]
-        return buffer_prototype(backend)[i]
+        return _named(backend)[i]
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

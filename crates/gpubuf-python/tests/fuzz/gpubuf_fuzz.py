@@ -25,8 +25,10 @@ ROUND = 25
 
 #: The element types gpubuf has, and some it has not (each of those must be a
 #: ``DTypeMismatchError``).
-DTYPES = ["uint8", "int32", "uint32", "int64", "int8", "int16", "uint16", "uint64", "float16", "float32", "float64"]
-FOREIGN_DTYPES = ["bool", "complex64", "complex128", "longdouble", ">f8", ">i4", "S3", "V2", "O"]
+DTYPES = [
+    "uint8", "int32", "uint32", "int64", "int8", "int16", "uint16", "uint64", "float16", "float32", "float64", "bool"
+]
+FOREIGN_DTYPES = ["complex64", "complex128", "longdouble", ">f8", ">i4", "S3", "V2", "O"]
 
 SETTINGS = settings(
     max_examples=ROUND,
@@ -124,11 +126,15 @@ def same(actual, expected):
 
 
 def data(shape, dtype, salt=0):
-    """Deterministic random bytes of ``shape`` and ``dtype``, NaNs and infinities included."""
+    """Deterministic random bytes of ``shape`` and ``dtype``, NaNs and infinities included
+    (bools: 0 and 1)."""
     dt = np.dtype(dtype)
     n = int(np.prod(shape, dtype=object)) * dt.itemsize
     rng = np.random.default_rng(zlib.crc32(repr((shape, dt.str, salt)).encode()))
-    return rng.integers(0, 256, n, dtype=np.uint8).view(dt).reshape(shape)
+    raw = rng.integers(0, 256, n, dtype=np.uint8)
+    if dt == np.bool_:
+        raw &= 1  # numpy's bools are the bytes 0 and 1 (its scalars normalise any other)
+    return raw.view(dt).reshape(shape)
 
 
 def outcome(f):

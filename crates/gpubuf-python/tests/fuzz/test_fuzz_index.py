@@ -4,9 +4,10 @@ items, floats, bools, lists, arrays), and shapes given to ``zeros``/``empty``, h
 arrays included.
 
 A key numpy's basic indexing takes must give numpy's view (shape, dtype, bytes; on the CPU
-the same memory); any other key must raise the documented class (``OutOfBoundsError`` for
-an index outside its axis or too many indices, ``InvalidArgumentError`` for the rest), and
-leave the array as it was.
+the same memory); an advanced key (lists, arrays, booleans) numpy's values in a new array
+or numpy's exception class; any other key must raise the documented class
+(``OutOfBoundsError`` for an index outside its axis or too many indices,
+``InvalidArgumentError`` for the rest), and leave the array as it was.
 """
 
 import operator
@@ -17,6 +18,7 @@ from hypothesis import strategies as st
 
 import gpubuf
 from fuzz_strategies import build, keys, sources, valid_keys
+from gpubuf._fancy import is_fancy
 from gpubuf_fuzz import DTYPES, FOREIGN_DTYPES, data, load_corpus, outcome, run, same
 
 pytestmark = pytest.mark.fuzz
@@ -66,7 +68,21 @@ def faults(key, shape):
 
 
 def check_key(a, x, key):
-    """``a[key]`` against ``x[key]`` (``a`` holds ``x``'s values)."""
+    """``a[key]`` against ``x[key]`` (``a`` holds ``x``'s values). An advanced key (lists,
+    arrays, booleans) follows numpy exactly: the same values in a new array, or the same
+    exception class."""
+    if is_fancy(key):
+        nkind, nval = outcome(lambda: x[key])
+        kind, got = outcome(lambda: a[key])
+        if nkind == "err":
+            assert kind == "err", f"a[{key!r}] on {x.shape} gave {got!r}, numpy raised {nval!r}"
+            assert type(got) is type(nval), f"a[{key!r}]: {type(got).__name__}: {got}; numpy: {nval!r}"
+            same(a, x)  # unchanged and usable
+            return None
+        if kind == "err":
+            raise AssertionError(f"a[{key!r}] on {x.shape} raised {type(got).__name__}: {got}") from got
+        same(got, np.asarray(nval))
+        return got
     want = faults(key, x.shape)
     kind, got = outcome(lambda: a[key])
     if want:
