@@ -5,7 +5,8 @@
 //! with pip into `<target>/pace-util-0.9.0/` and downloaded again only when missing or when
 //! its hash differs; its `tests/` folder is unpacked afresh on every run, so the tests that
 //! run are always the published ones. The `gpubuf` wheel goes into a fresh venv
-//! (`<target>/pace-venv`, made as `cargo xtask python` makes its own) with pace-util's
+//! (`<target>/pace-venv`, made as `cargo xtask python` makes its own, or that step's venv
+//! when it holds this very wheel) with pace-util's
 //! test-only dependency [`TEST_PINS`]. Then pytest runs the halo-transformer, halo-update
 //! and partitioner tests ([`FILES`]) with `-p gpubuf.pace_plugin`, which swaps gpubuf in
 //! under pace-util for the whole session on the backend named by `GPUBUF_PACE_BACKEND`:
@@ -17,7 +18,7 @@
 //! `cargo xtask test-all` runs the parts [`Scope::TestAll`] names (`cargo xtask pace
 //! --test-all` runs just those); every part's line gives its wall time.
 
-use crate::python::{fresh_venv, parse_summary, without_rust, PyCounts};
+use crate::python::{parse_summary, venv_with, without_rust, PyCounts};
 use crate::sh::{capture, run_ok, run_tee};
 use crate::wheel::{self, root, target_dir};
 use std::path::{Path, PathBuf};
@@ -329,8 +330,7 @@ pub fn run(require: &str, baseline: bool, scope: Scope) -> Result<Report, String
     let wheel = wheel::build()?;
     println!("pace: wheel in {}s", t.elapsed().as_secs());
     let t = Instant::now();
-    let venv = target().join("pace-venv");
-    let python = fresh_venv(&venv, &wheel)?;
+    let (venv, python) = venv_with(&target().join("pace-venv"), &wheel)?;
     let mut pip = Command::new(&python);
     pip.args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-deps"])
         .args(["--only-binary", ":all:"])

@@ -58,7 +58,7 @@ pub const MPI_SIZES: [usize; 2] = [4, 6];
 /// The fuzz tests' time budget in seconds when `GPUBUF_FUZZ_SECONDS` is not set: shared
 /// among their properties (`tests/fuzz/conftest.py`), each stopping when its share is spent,
 /// after its corpus and at least a few random examples.
-pub const FUZZ_SECONDS: u32 = 60;
+pub const FUZZ_SECONDS: u32 = 30;
 
 /// What the pytest run reported.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -165,7 +165,38 @@ pub fn fresh_venv(dir: &Path, wheel: &Path) -> Result<PathBuf, String> {
     if !run_ok(without_rust(&mut import, dir)) {
         return Err("the wheel's venv finds a Rust toolchain or no installed gpubuf".into());
     }
+    let _ = std::fs::write(dir.join(STAMP), wheel_stamp(wheel));
     Ok(python)
+}
+
+/// The file in a venv that names the wheel it was made with ([`wheel_stamp`]).
+const STAMP: &str = "gpubuf-wheel.stamp";
+
+/// The wheel's path, size and modification time: a venv made with another build differs.
+fn wheel_stamp(wheel: &Path) -> String {
+    let meta = std::fs::metadata(wheel).ok();
+    let len = meta.as_ref().map(|m| m.len()).unwrap_or(0);
+    let modified = meta.and_then(|m| m.modified().ok());
+    format!("{} {len} {modified:?}", wheel.display())
+}
+
+/// A venv with `wheel` and every pin of [`fresh_venv`]: the Python step's own
+/// (`<target>/wheel-venv`) when it was made with this very wheel (test-all runs that step
+/// first, so the later steps skip a venv of their own), else a fresh one in `dir`.
+/// Returns the venv and its python.
+///
+/// # Errors
+/// As [`fresh_venv`].
+pub fn venv_with(dir: &Path, wheel: &Path) -> Result<(PathBuf, PathBuf), String> {
+    let shared = std::path::absolute(target_dir().join("wheel-venv"))
+        .unwrap_or_else(|_| target_dir().join("wheel-venv"));
+    let python = shared.join("bin").join("python");
+    let stamp = std::fs::read_to_string(shared.join(STAMP)).unwrap_or_default();
+    if python.is_file() && stamp == wheel_stamp(wheel) {
+        println!("python: reusing {} (made with this wheel)", shared.display());
+        return Ok((shared, python));
+    }
+    Ok((dir.to_path_buf(), fresh_venv(dir, wheel)?))
 }
 
 /// Runs the Python suite: the wheel built and checked ([`wheel::build`]), installed in a

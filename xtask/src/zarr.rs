@@ -7,16 +7,17 @@
 //! zarr's source distribution (pinned: version and sha256) is fetched once with pip into
 //! `<target>/zarr-3.1.6/` and unpacked afresh on every run (its `tests/` and the
 //! `pyproject.toml` that holds zarr's pytest settings: asyncio mode, warnings as errors).
-//! The wheel goes into a fresh venv (`<target>/zarr-venv`) with zarr's test-only
-//! dependencies [`TEST_PINS`]. pytest runs [`FILES`] (buffers, the array API, arrays,
-//! indexing, codecs and v2 arrays) once on `cpu` and once on `opencl` when the wheel can
-//! open it, after a check that zarr's default classes are gpubuf's in that environment.
+//! The wheel goes into a fresh venv (`<target>/zarr-venv`, or the Python step's venv when
+//! it holds this very wheel) with zarr's test-only dependencies [`TEST_PINS`]. pytest runs
+//! [`FILES`] (buffers, the array API, arrays, indexing, codecs and v2 arrays) on `cpu` and,
+//! side by side, on `opencl` when the wheel can open it, after a check that zarr's default
+//! classes are gpubuf's in that environment.
 //! The tests listed in [`EXPECTED`] (each with its reason), and on a device backend those
 //! in [`EXPECTED_DEVICE`], are deselected and printed; every other failure counts.
 
 use crate::pace::expected::{deselect_args, parse_expected_in};
 use crate::pace::sha256;
-use crate::python::{fresh_venv, parse_summary, without_rust, PyCounts};
+use crate::python::{parse_summary, venv_with, without_rust, PyCounts};
 use crate::sh::{capture, run_ok, run_tee};
 use crate::wheel::{self, root, target_dir};
 use std::path::{Path, PathBuf};
@@ -178,8 +179,7 @@ pub fn run(require: &str) -> Result<Report, String> {
     let device = expected(EXPECTED_DEVICE)?;
     let t = Instant::now();
     let wheel = wheel::build()?;
-    let venv = target().join("zarr-venv");
-    let python = fresh_venv(&venv, &wheel)?;
+    let (venv, python) = venv_with(&target().join("zarr-venv"), &wheel)?;
     let mut pip = Command::new(&python);
     pip.args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-deps"])
         .args(["--only-binary", ":all:"])
@@ -213,14 +213,29 @@ pub fn run(require: &str) -> Result<Report, String> {
     } else {
         report.lines.push("zarr opencl: skipped (the wheel cannot open it here)".into());
     }
-    for backend in backends {
-        let t = Instant::now();
-        let mut out = deselect(&everywhere);
-        if backend != "cpu" {
-            out.extend(deselect(&device));
-        }
-        let c = run_on(backend, &python, &venv, &sdist, &out);
-        report.add(backend, c, t.elapsed());
+    // The backends run side by side (each pytest mostly waits on one core), their output
+    // interleaved; each one's counts come from its own closing line.
+    let results: Vec<(&str, PyCounts, Duration)> = std::thread::scope(|scope| {
+        let runs: Vec<_> = backends
+            .iter()
+            .map(|&backend| {
+                let mut out = deselect(&everywhere);
+                if backend != "cpu" {
+                    out.extend(deselect(&device));
+                }
+                let (python, venv, sdist) = (&python, &venv, &sdist);
+                scope.spawn(move || {
+                    let t = Instant::now();
+                    (backend, run_on(backend, python, venv, sdist, &out), t.elapsed())
+                })
+            })
+            .collect();
+        runs.into_iter()
+            .map(|h| h.join().unwrap_or(("?", PyCounts { failed: 1, ..PyCounts::default() }, Duration::ZERO)))
+            .collect()
+    });
+    for (backend, c, took) in results {
+        report.add(backend, c, took);
     }
     Ok(report)
 }

@@ -2,14 +2,12 @@
 //! masks in a key (orthogonal or coordinate, any order, repeats, mixed with slices).
 //! numpy resolves the key to flat indices on the host (`gpubuf._fancy`, over zero-strided
 //! views, so with numpy's own rules and errors); the elements move on the device with one
-//! copy plan (`NDBuffer::take`, `NDBuffer::put`).
+//! copy plan (`NDBuffer::take`, `NDBuffer::put`). `region` routes advanced keys here and
+//! converts assigned values (this module imports neither `region` nor `ndbuffer`).
 
 use crate::dtype::{dispatch, AnyArray, Wrap};
 use crate::errors::IntoPy;
-use crate::gil::GilAllocator;
-use crate::ndbuffer::PyNDBuffer;
-use crate::region::Value;
-use gpubuf::{Error, MemoryPool, NDBuffer, Order};
+use gpubuf::{Error, NDBuffer, Order};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyEllipsis, PyInt, PyList, PySlice, PyTuple};
 
@@ -31,11 +29,12 @@ pub fn is_fancy(key: &Bound<'_, PyAny>) -> PyResult<bool> {
         if basic {
             continue;
         }
-        if item.is_instance_of::<PyList>()
-            || item.is_instance_of::<PyBool>()
-            || item.cast::<PyNDBuffer>().is_ok()
-        {
+        if item.is_instance_of::<PyList>() || item.is_instance_of::<PyBool>() {
             return Ok(true);
+        }
+        let t = item.get_type();
+        if t.name()?.to_cow()? == "NDBuffer" && t.module()?.to_cow()? == "gpubuf" {
+            return Ok(true); // a gpubuf index array
         }
         if let Ok(a) = item.cast::<numpy::PyUntypedArray>() {
             use numpy::{PyArrayDescrMethods, PyUntypedArrayMethods};
@@ -51,7 +50,10 @@ pub fn is_fancy(key: &Bound<'_, PyAny>) -> PyResult<bool> {
 }
 
 /// The flat indices `key` selects in an array of `shape`, and the selection's shape.
-fn flat_indices(shape: &[usize], key: &Bound<'_, PyAny>) -> PyResult<(Vec<usize>, Vec<usize>)> {
+///
+/// # Errors
+/// numpy's, for a key it refuses.
+pub fn flat_indices(shape: &[usize], key: &Bound<'_, PyAny>) -> PyResult<(Vec<usize>, Vec<usize>)> {
     let py = key.py();
     let idx = py.import("gpubuf._fancy")?.call_method1("flat_indices", (PyTuple::new(py, shape)?, key))?;
     let out_shape: Vec<usize> = idx.getattr("shape")?.extract()?;
@@ -77,35 +79,31 @@ pub fn get(array: &AnyArray, key: &Bound<'_, PyAny>) -> PyResult<AnyArray> {
         .py()
 }
 
-/// A new C-ordered array of `nd`'s dtype and device.
-fn empty_like<T: Wrap>(nd: &NDBuffer<gpubuf::Device, T>, shape: &[usize]) -> gpubuf::Result<AnyArray> {
-    NDBuffer::<gpubuf::Device, T>::empty(nd.backend(), shape, Order::C).map(T::wrap)
-}
-
-/// `array[key] = value` for an advanced `key`: `value` is converted and broadcast to the
-/// selection's shape as a basic assignment converts it (into a new device array), then
-/// scattered on the device; of repeated indices the last value is written, as numpy's.
+/// A new C-ordered array of `array`'s dtype and device, of `shape`.
 ///
 /// # Errors
-/// As [`get`] and `region::set`; nothing is written when the value cannot be converted.
-pub fn set(
-    array: &AnyArray,
-    key: &Bound<'_, PyAny>,
-    value: Value<'_, '_>,
-    pool: Option<&MemoryPool<GilAllocator>>,
-) -> PyResult<()> {
-    let py = key.py();
-    let (flat, shape) = flat_indices(array.shape(), key)?;
-    let tmp = dispatch!(array, nd => empty_like(nd, &shape)).py()?;
-    crate::region::set(&tmp, PyEllipsis::get(py).as_any(), value, pool)?;
+/// Allocation errors.
+pub fn empty_like(array: &AnyArray, shape: &[usize]) -> PyResult<AnyArray> {
+    fn typed<T: Wrap>(nd: &NDBuffer<gpubuf::Device, T>, shape: &[usize]) -> gpubuf::Result<AnyArray> {
+        NDBuffer::<gpubuf::Device, T>::empty(nd.backend(), shape, Order::C).map(T::wrap)
+    }
+    dispatch!(array, nd => typed(nd, shape)).py()
+}
+
+/// Scatters `values` (C-contiguous, of the selection's shape and `array`'s dtype) to the
+/// flat indices `flat` of `array` on the device; of repeated indices the last value wins.
+///
+/// # Errors
+/// `DTypeMismatchError` for values of another dtype; allocation and driver errors.
+pub fn put(py: Python<'_>, array: &AnyArray, flat: Vec<usize>, values: AnyArray) -> PyResult<()> {
     let n = flat.len();
-    let (dst, src) = (array.clone(), tmp);
+    let dst = array.clone();
     py.detach(move || {
         macro_rules! arm {
             ($($v:ident),*) => {
-                match (&dst, &src) {
+                match (&dst, &values) {
                     $((AnyArray::$v(d), AnyArray::$v(s)) => s.reshape(&[n]).and_then(|s| d.put(&flat, &s)),)*
-                    _ => Err(Error::DTypeMismatch { expected: dst.dtype(), got: src.dtype() }),
+                    _ => Err(Error::DTypeMismatch { expected: dst.dtype(), got: values.dtype() }),
                 }
             };
         }

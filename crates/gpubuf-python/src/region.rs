@@ -218,7 +218,12 @@ pub fn set(
 ) -> PyResult<()> {
     let py = key.py();
     if crate::fancy::is_fancy(key)? {
-        return crate::fancy::set(array, key, value, pool);
+        // The value converted and broadcast as a basic assignment converts it, into a
+        // device array of the selection's shape, then scattered (numpy's last-wins).
+        let (flat, shape) = crate::fancy::flat_indices(array.shape(), key)?;
+        let values = crate::fancy::empty_like(array, &shape)?;
+        set(&values, PyEllipsis::get(py).as_any(), value, pool)?;
+        return crate::fancy::put(py, array, flat, values);
     }
     let region = get(array, key)?;
     if let Some(p) = pool {

@@ -225,8 +225,10 @@ fn launches_never_panic<B: Kernels>(b: &B) -> Result<()> {
                 let holds = |o: usize, l: usize, elems: usize| {
                     fits(o, l, 64) && (elems as u128) * (w as u128) <= l as u128 && o % w == 0
                 };
-                let ok =
-                    holds(so, sl, src_len) && holds(bo, bl, buf_len) && (gather || !(stride == 0 && n > 1));
+                let ok = holds(so, sl, src_len)
+                    && holds(bo, bl, buf_len)
+                    && (gather || !(stride == 0 && n > 1))
+                    && (!plan.negates() || dtype.negatable());
                 let (a, z) = (
                     MemRef { memory: &src, offset: so, len: sl },
                     MemRef { memory: &buf, offset: bo, len: bl },

@@ -169,7 +169,9 @@ fn large_gathers_match_reference<B: Kernels>(b: &B) -> Result<()> {
         let mut at = 1; // an odd start: no segment begins on a 16-byte boundary by luck
         segs.push(Segment::new(0, 0, &[(r1, c as isize), (c, 1)], at)?);
         at += r1 * c + 3;
-        segs.push(Segment::new(0, r1 * c + 1, &[(r2 - r1, c as isize), (c - 3, 1)], at)?.negated(true));
+        // Negated where the dtype has a negation (not bool).
+        let neg = dtype.negatable();
+        segs.push(Segment::new(0, r1 * c + 1, &[(r2 - r1, c as isize), (c - 3, 1)], at)?.negated(neg));
         at += (r2 - r1) * (c - 3) + 5;
         // Rotated-halo shape: 3 rows of 80 contiguous in the array, each to its own buffer
         // range (y outermost in the buffer, reversed), 40 "x" steps a whole row apart.
@@ -181,7 +183,7 @@ fn large_gathers_match_reference<B: Kernels>(b: &B) -> Result<()> {
         );
         at += 3 * x * 80 + 7;
         // A transposed block: strided on the array side.
-        segs.push(Segment::new(1, 2, &[(50, 1), (60, 50)], at)?.negated(true));
+        segs.push(Segment::new(1, 2, &[(50, 1), (60, 50)], at)?.negated(neg));
         at += 3000;
         let plan = CopyPlan::new(vec![r * c, 3000 + 2], at, segs)?;
         let case = PlanCase { dtype, sources: vec![bytes(r * c * w, 7), bytes(3002 * w, 8)], plan };
