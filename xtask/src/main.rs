@@ -41,6 +41,7 @@ mod pace;
 mod python;
 #[cfg(test)]
 mod rings;
+mod sdist;
 mod sh;
 mod summary;
 mod tests;

@@ -18,8 +18,9 @@
 //! `cargo xtask test-all` runs the parts [`Scope::TestAll`] names (`cargo xtask pace
 //! --test-all` runs just those); every part's line gives its wall time.
 
-use crate::python::{parse_summary, venv_with, without_rust, PyCounts};
-use crate::sh::{capture, run_ok, run_tee};
+use crate::python::{parse_summary, venv_with, without_rust, PyCounts, Report};
+use crate::sdist::Sdist;
+use crate::sh::{capture, run_tee};
 use crate::wheel::{self, root, target_dir};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -161,53 +162,12 @@ fn target() -> PathBuf {
     std::path::absolute(target_dir()).unwrap_or_else(|_| target_dir())
 }
 
+/// The pinned sdist ([`SDIST`], [`SDIST_SHA256`]).
+const PACE: Sdist = Sdist { project: "pace-util", version: VERSION, file: SDIST, sha256: SDIST_SHA256 };
+
 /// The sdist's cache folder, `<target>/pace-util-0.9.0`.
 pub fn cache_dir() -> PathBuf {
-    target().join(format!("pace-util-{VERSION}"))
-}
-
-/// The sha256 of `file` (hex), by `python`'s hashlib.
-pub fn sha256(python: &Path, file: &Path) -> Option<String> {
-    let code = "import hashlib, sys; print(hashlib.sha256(open(sys.argv[1], 'rb').read()).hexdigest())";
-    capture(Command::new(python).args(["-c", code]).arg(file)).map(|s| s.trim().to_string())
-}
-
-/// The sdist in the cache (downloaded by `venv`'s pip when missing or when its hash is not
-/// [`SDIST_SHA256`]; pip reads its metadata in a build environment of its own, so that
-/// takes setuptools from PyPI too), its `tests/` unpacked afresh; returns the `tests/`
-/// folder.
-fn sdist_tests(python: &Path, venv: &Path) -> Result<PathBuf, String> {
-    let dir = cache_dir();
-    std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-    let archive = dir.join(SDIST);
-    if archive.is_file() && sha256(python, &archive).as_deref() != Some(SDIST_SHA256) {
-        println!("pace: {} has another hash: downloading it again", archive.display());
-        let _ = std::fs::remove_file(&archive);
-    }
-    if !archive.is_file() {
-        let mut pip = Command::new(python);
-        pip.args(["-m", "pip", "download", "--quiet", "--disable-pip-version-check", "--no-deps"])
-            .args(["--no-binary", ":all:", "-d"])
-            .arg(&dir)
-            .arg(format!("pace-util=={VERSION}"));
-        if !run_ok(without_rust(&mut pip, venv)) {
-            return Err(format!("pip download pace-util=={VERSION} failed"));
-        }
-    }
-    match sha256(python, &archive) {
-        Some(h) if h == SDIST_SHA256 => {}
-        got => {
-            let _ = std::fs::remove_file(&archive);
-            return Err(format!("{SDIST}: sha256 {got:?}, pinned {SDIST_SHA256}"));
-        }
-    }
-    let unpacked = dir.join(format!("pace-util-{VERSION}"));
-    let _ = std::fs::remove_dir_all(&unpacked);
-    let tests = format!("pace-util-{VERSION}/tests");
-    if !run_ok(Command::new("tar").arg("-xzf").arg(&archive).arg("-C").arg(&dir).arg(&tests)) {
-        return Err(format!("unpacking {tests} from {} failed", archive.display()));
-    }
-    Ok(unpacked.join("tests"))
+    PACE.cache_dir()
 }
 
 /// How gpubuf is (or is not) swapped in for a run.
@@ -291,30 +251,6 @@ impl Setup {
     }
 }
 
-/// The totals of a run, and one line for each part.
-#[derive(Debug, Default)]
-pub struct Report {
-    /// Every part added up.
-    pub total: PyCounts,
-    /// `pace <part>: N passed, M failed, K skipped`, or why a part did not run.
-    pub lines: Vec<String>,
-}
-
-impl Report {
-    fn add(&mut self, part: &str, c: PyCounts, took: Duration) {
-        self.total.passed += c.passed;
-        self.total.failed += c.failed;
-        self.total.skipped += c.skipped;
-        self.lines.push(format!(
-            "pace {part}: {} passed, {} failed, {} skipped ({}s)",
-            c.passed,
-            c.failed,
-            c.skipped,
-            took.as_secs()
-        ));
-    }
-}
-
 /// Runs pace-util's tests in a fresh venv with the `gpubuf` wheel ([`wheel::build`]), on
 /// `cpu` and on `opencl` when the wheel can open it (a failure when `require`, a
 /// comma-separated list as `GPUBUF_REQUIRE`, names it and it cannot), or with `baseline`
@@ -323,22 +259,15 @@ impl Report {
 ///
 /// # Errors
 /// A description of the step that failed before any test could run.
-pub fn run(require: &str, baseline: bool, scope: Scope) -> Result<Report, String> {
+pub fn run(require: &str, baseline: bool, scope: Scope, reuse: bool) -> Result<Report, String> {
     let text = std::fs::read_to_string(root().join(EXPECTED)).map_err(|e| format!("{EXPECTED}: {e}"))?;
     let expected = parse_expected(&text)?;
     let t = Instant::now();
     let wheel = wheel::build()?;
     println!("pace: wheel in {}s", t.elapsed().as_secs());
     let t = Instant::now();
-    let (venv, python) = venv_with(&target().join("pace-venv"), &wheel)?;
-    let mut pip = Command::new(&python);
-    pip.args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-deps"])
-        .args(["--only-binary", ":all:"])
-        .args(TEST_PINS);
-    if !run_ok(without_rust(&mut pip, &venv)) {
-        return Err(format!("pip install {} failed", TEST_PINS.join(" ")));
-    }
-    let tests = sdist_tests(&python, &venv)?;
+    let (venv, python) = venv_with(&target().join("pace-venv"), &wheel, reuse, &TEST_PINS)?;
+    let tests = PACE.unpack(&python, &venv, &["tests"])?.join("tests");
     println!("pace: venv and sdist in {}s", t.elapsed().as_secs());
     println!("pace: pace-util {VERSION}'s tests from {}", tests.display());
     println!("pace: {} deselected ({EXPECTED}):", expected.len());
@@ -374,11 +303,11 @@ pub fn run(require: &str, baseline: bool, scope: Scope) -> Result<Report, String
     for &swap in &swaps {
         let t = Instant::now();
         let c = setup.single(swap);
-        report.add(swap.label(), c, t.elapsed());
+        report.add("pace", swap.label(), c, t.elapsed());
         for &size in scope.mpi_sizes() {
             let t = Instant::now();
             let c = setup.mpi(swap, size);
-            report.add(&format!("{} mpirun -n {size}", swap.label()), c, t.elapsed());
+            report.add("pace", &format!("{} mpirun -n {size}", swap.label()), c, t.elapsed());
         }
     }
     Ok(report)
@@ -390,26 +319,8 @@ pub fn run(require: &str, baseline: bool, scope: Scope) -> Result<Report, String
 pub fn command(baseline: bool, scope: Scope) -> bool {
     let require = std::env::var("GPUBUF_REQUIRE").unwrap_or_default();
     let limit = crate::sh::limit(Duration::from_secs(60 * 60));
-    let (result, stopped) = crate::sh::step("pace", limit, || run(&require, baseline, scope));
-    match result {
-        Ok(r) => {
-            println!();
-            for l in &r.lines {
-                println!("{l}");
-            }
-            let mut failed = r.total.failed;
-            if let Some(s) = stopped {
-                println!("{s}");
-                failed += 1;
-            }
-            println!("pace: {} passed, {failed} failed, {} skipped", r.total.passed, r.total.skipped);
-            failed == 0
-        }
-        Err(e) => {
-            eprintln!("pace: FAILED ({e})");
-            false
-        }
-    }
+    let (result, stopped) = crate::sh::step("pace", limit, || run(&require, baseline, scope, false));
+    crate::python::report_command("pace", result, stopped)
 }
 
 #[cfg(test)]
@@ -425,8 +336,13 @@ mod tests {
     #[test]
     fn a_report_adds_up_its_parts_each_with_its_time() {
         let mut r = Report::default();
-        r.add("cpu", PyCounts { passed: 5, failed: 1, skipped: 2 }, Duration::from_millis(102_400));
-        r.add("cpu mpirun -n 6", PyCounts { passed: 3, failed: 0, skipped: 4 }, Duration::from_secs(20));
+        r.add("pace", "cpu", PyCounts { passed: 5, failed: 1, skipped: 2 }, Duration::from_millis(102_400));
+        r.add(
+            "pace",
+            "cpu mpirun -n 6",
+            PyCounts { passed: 3, failed: 0, skipped: 4 },
+            Duration::from_secs(20),
+        );
         assert_eq!(r.total, PyCounts { passed: 8, failed: 1, skipped: 6 });
         assert_eq!(
             r.lines,

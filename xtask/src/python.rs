@@ -165,38 +165,87 @@ pub fn fresh_venv(dir: &Path, wheel: &Path) -> Result<PathBuf, String> {
     if !run_ok(without_rust(&mut import, dir)) {
         return Err("the wheel's venv finds a Rust toolchain or no installed gpubuf".into());
     }
-    let _ = std::fs::write(dir.join(STAMP), wheel_stamp(wheel));
     Ok(python)
 }
 
-/// The file in a venv that names the wheel it was made with ([`wheel_stamp`]).
-const STAMP: &str = "gpubuf-wheel.stamp";
-
-/// The wheel's path, size and modification time: a venv made with another build differs.
-fn wheel_stamp(wheel: &Path) -> String {
-    let meta = std::fs::metadata(wheel).ok();
-    let len = meta.as_ref().map(|m| m.len()).unwrap_or(0);
-    let modified = meta.and_then(|m| m.modified().ok());
-    format!("{} {len} {modified:?}", wheel.display())
-}
-
-/// A venv with `wheel` and every pin of [`fresh_venv`]: the Python step's own
-/// (`<target>/wheel-venv`) when it was made with this very wheel (test-all runs that step
-/// first, so the later steps skip a venv of their own), else a fresh one in `dir`.
-/// Returns the venv and its python.
+/// A venv with `wheel`, every pin of [`fresh_venv`] and `extra` (binary wheels, installed
+/// without dependencies): with `reuse`, the Python step's own (`<target>/wheel-venv`, which
+/// test-all has just made with the same wheel), so the later steps skip a venv of their
+/// own; else (or when it is missing) a fresh one in `dir`. Returns the venv and its python.
 ///
 /// # Errors
-/// As [`fresh_venv`].
-pub fn venv_with(dir: &Path, wheel: &Path) -> Result<(PathBuf, PathBuf), String> {
-    let shared = std::path::absolute(target_dir().join("wheel-venv"))
-        .unwrap_or_else(|_| target_dir().join("wheel-venv"));
-    let python = shared.join("bin").join("python");
-    let stamp = std::fs::read_to_string(shared.join(STAMP)).unwrap_or_default();
-    if python.is_file() && stamp == wheel_stamp(wheel) {
-        println!("python: reusing {} (made with this wheel)", shared.display());
-        return Ok((shared, python));
+/// As [`fresh_venv`]; a failed install of `extra`.
+pub fn venv_with(
+    dir: &Path,
+    wheel: &Path,
+    reuse: bool,
+    extra: &[&str],
+) -> Result<(PathBuf, PathBuf), String> {
+    let shared = std::path::absolute(target_dir()).unwrap_or_else(|_| target_dir()).join("wheel-venv");
+    let (venv, python) = if reuse && shared.join("bin").join("python").is_file() {
+        println!("python: reusing {} (test-all made it with this wheel)", shared.display());
+        let python = shared.join("bin").join("python");
+        (shared, python)
+    } else {
+        (dir.to_path_buf(), fresh_venv(dir, wheel)?)
+    };
+    let mut pip = Command::new(&python);
+    pip.args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-deps"])
+        .args(["--only-binary", ":all:"])
+        .args(extra);
+    if !extra.is_empty() && !run_ok(without_rust(&mut pip, &venv)) {
+        return Err(format!("pip install {} failed", extra.join(" ")));
     }
-    Ok((dir.to_path_buf(), fresh_venv(dir, wheel)?))
+    Ok((venv, python))
+}
+
+/// The totals of a peer project's suite (pace-util's, zarr's), and a line for each part.
+#[derive(Debug, Default)]
+pub struct Report {
+    /// Every part added up.
+    pub total: PyCounts,
+    /// `<suite> <part>: N passed, M failed, K skipped (Ts)`, or why a part did not run.
+    pub lines: Vec<String>,
+}
+
+impl Report {
+    /// Adds the counts of `suite`'s `part`, which took `took`, and its line.
+    pub fn add(&mut self, suite: &str, part: &str, c: PyCounts, took: std::time::Duration) {
+        self.total.passed += c.passed;
+        self.total.failed += c.failed;
+        self.total.skipped += c.skipped;
+        self.lines.push(format!(
+            "{suite} {part}: {} passed, {} failed, {} skipped ({}s)",
+            c.passed,
+            c.failed,
+            c.skipped,
+            took.as_secs()
+        ));
+    }
+}
+
+/// Prints a peer suite's report (a line a part, then the totals, a step stopped at its
+/// limit counted as one failure) or why it could not run; true when nothing failed.
+pub fn report_command(name: &str, result: Result<Report, String>, stopped: Option<String>) -> bool {
+    match result {
+        Ok(r) => {
+            println!();
+            for l in &r.lines {
+                println!("{l}");
+            }
+            let mut failed = r.total.failed;
+            if let Some(s) = stopped {
+                println!("{s}");
+                failed += 1;
+            }
+            println!("{name}: {} passed, {failed} failed, {} skipped", r.total.passed, r.total.skipped);
+            failed == 0
+        }
+        Err(e) => {
+            eprintln!("{name}: FAILED ({e})");
+            false
+        }
+    }
 }
 
 /// Runs the Python suite: the wheel built and checked ([`wheel::build`]), installed in a

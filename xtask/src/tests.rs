@@ -171,34 +171,17 @@ pub fn test_all() -> bool {
 
     // pace-util 0.9.0's own tests with gpubuf swapped in, all but `mpirun -n 24` (CI's time
     // budget; `cargo xtask pace` runs that too); the wheel above is reused (cargo no-op).
-    match limited(&mut tally, "pace", 12, |_| pace::run(&require.join(","), false, pace::Scope::TestAll)) {
-        Ok(r) => {
-            tally.passed += r.total.passed;
-            tally.failed += r.total.failed;
-            for l in r.lines {
-                tally.note(l);
-            }
-            let t = r.total;
-            tally.note(format!("pace: {} passed, {} failed, {} skipped", t.passed, t.failed, t.skipped));
-        }
-        Err(e) => tally.fail(format!("pace: FAILED ({e})")),
-    }
+    let r = limited(&mut tally, "pace", 12, |_| {
+        pace::run(&require.join(","), false, pace::Scope::TestAll, true).map(|r| (r.total, r.lines))
+    });
+    peer_suite(&mut tally, "pace", r);
     lap.mark("pace");
 
     // zarr-python 3.1.6's own tests with gpubuf's classes as zarr's defaults (the wheel
     // above is reused).
-    match limited(&mut tally, "zarr", 12, |_| zarr::run(&require.join(","))) {
-        Ok(r) => {
-            tally.passed += r.total.passed;
-            tally.failed += r.total.failed;
-            for l in r.lines {
-                tally.note(l);
-            }
-            let t = r.total;
-            tally.note(format!("zarr: {} passed, {} failed, {} skipped", t.passed, t.failed, t.skipped));
-        }
-        Err(e) => tally.fail(format!("zarr: FAILED ({e})")),
-    }
+    let r =
+        limited(&mut tally, "zarr", 12, |_| zarr::run(&require.join(","), true).map(|r| (r.total, r.lines)));
+    peer_suite(&mut tally, "zarr", r);
     lap.mark("zarr");
 
     // The examples must run as written, on every backend that can run here.
@@ -261,6 +244,22 @@ pub fn test_all() -> bool {
     println!("time: {} (total {}s)", lap.parts.join(", "), started.elapsed().as_secs());
     println!("{} passed, {} failed", tally.passed, tally.failed);
     tally.failed == 0
+}
+
+/// Adds a peer project's suite (pace-util's, zarr's) to the tally: its counts and a line
+/// a part, or its failure to run.
+fn peer_suite(tally: &mut Tally, name: &str, result: Result<(crate::python::PyCounts, Vec<String>), String>) {
+    match result {
+        Ok((t, lines)) => {
+            tally.passed += t.passed;
+            tally.failed += t.failed;
+            for l in lines {
+                tally.note(l);
+            }
+            tally.note(format!("{name}: {} passed, {} failed, {} skipped", t.passed, t.failed, t.skipped));
+        }
+        Err(e) => tally.fail(format!("{name}: FAILED ({e})")),
+    }
 }
 
 /// Wall time per part of the run, for the summary (CI has a time budget).

@@ -16,8 +16,8 @@
 //! in [`EXPECTED_DEVICE`], are deselected and printed; every other failure counts.
 
 use crate::pace::expected::{deselect_args, parse_expected_in};
-use crate::pace::sha256;
-use crate::python::{parse_summary, venv_with, without_rust, PyCounts};
+use crate::python::{parse_summary, venv_with, without_rust, PyCounts, Report};
+use crate::sdist::Sdist;
 use crate::sh::{capture, run_ok, run_tee};
 use crate::wheel::{self, root, target_dir};
 use std::path::{Path, PathBuf};
@@ -62,49 +62,11 @@ fn deselect(entries: &[crate::pace::expected::Expected]) -> Vec<String> {
         .collect()
 }
 
+/// The pinned sdist ([`SDIST`], [`SDIST_SHA256`]).
+const ZARR: Sdist = Sdist { project: "zarr", version: VERSION, file: SDIST, sha256: SDIST_SHA256 };
+
 fn target() -> PathBuf {
     std::path::absolute(target_dir()).unwrap_or_else(|_| target_dir())
-}
-
-/// The sdist's cache folder, `<target>/zarr-3.1.6`.
-fn cache_dir() -> PathBuf {
-    target().join(format!("zarr-{VERSION}"))
-}
-
-/// The sdist in the cache (downloaded when missing or of another hash), its `tests/` and
-/// `pyproject.toml` unpacked afresh; returns the unpacked root.
-fn sdist_root(python: &Path, venv: &Path) -> Result<PathBuf, String> {
-    let dir = cache_dir();
-    std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-    let archive = dir.join(SDIST);
-    if archive.is_file() && sha256(python, &archive).as_deref() != Some(SDIST_SHA256) {
-        println!("zarr: {} has another hash: downloading it again", archive.display());
-        let _ = std::fs::remove_file(&archive);
-    }
-    if !archive.is_file() {
-        let mut pip = Command::new(python);
-        pip.args(["-m", "pip", "download", "--quiet", "--disable-pip-version-check", "--no-deps"])
-            .args(["--no-binary", ":all:", "-d"])
-            .arg(&dir)
-            .arg(format!("zarr=={VERSION}"));
-        if !run_ok(without_rust(&mut pip, venv)) {
-            return Err(format!("pip download zarr=={VERSION} failed"));
-        }
-    }
-    match sha256(python, &archive) {
-        Some(h) if h == SDIST_SHA256 => {}
-        got => {
-            let _ = std::fs::remove_file(&archive);
-            return Err(format!("{SDIST}: sha256 {got:?}, pinned {SDIST_SHA256}"));
-        }
-    }
-    let unpacked = dir.join(format!("zarr-{VERSION}"));
-    let _ = std::fs::remove_dir_all(&unpacked);
-    let parts = [format!("zarr-{VERSION}/tests"), format!("zarr-{VERSION}/pyproject.toml")];
-    if !run_ok(Command::new("tar").arg("-xzf").arg(&archive).arg("-C").arg(&dir).args(&parts)) {
-        return Err(format!("unpacking {} from {} failed", parts.join(", "), archive.display()));
-    }
-    Ok(unpacked)
 }
 
 /// The environment variables that make gpubuf's classes on `backend` zarr's defaults.
@@ -144,50 +106,20 @@ fn run_on(backend: &str, python: &Path, venv: &Path, sdist: &Path, deselect: &[S
     c
 }
 
-/// The totals of a run, and a line for each backend.
-#[derive(Debug, Default)]
-pub struct Report {
-    /// Every backend added up.
-    pub total: PyCounts,
-    /// `zarr <backend>: N passed, M failed, K skipped (Ts)`, or why it did not run.
-    pub lines: Vec<String>,
-}
-
-impl Report {
-    fn add(&mut self, part: &str, c: PyCounts, took: Duration) {
-        self.total.passed += c.passed;
-        self.total.failed += c.failed;
-        self.total.skipped += c.skipped;
-        self.lines.push(format!(
-            "zarr {part}: {} passed, {} failed, {} skipped ({}s)",
-            c.passed,
-            c.failed,
-            c.skipped,
-            took.as_secs()
-        ));
-    }
-}
-
 /// Runs zarr's tests with gpubuf swapped in on `cpu`, and on `opencl` when the wheel can
 /// open it (a failure when `require`, a comma-separated list as `GPUBUF_REQUIRE`, names
-/// it and it cannot).
+/// it and it cannot); in the Python step's venv with `reuse` ([`venv_with`]).
 ///
 /// # Errors
 /// A description of the step that failed before any test could run.
-pub fn run(require: &str) -> Result<Report, String> {
+pub fn run(require: &str, reuse: bool) -> Result<Report, String> {
     let everywhere = expected(EXPECTED)?;
     let device = expected(EXPECTED_DEVICE)?;
     let t = Instant::now();
     let wheel = wheel::build()?;
-    let (venv, python) = venv_with(&target().join("zarr-venv"), &wheel)?;
-    let mut pip = Command::new(&python);
-    pip.args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-deps"])
-        .args(["--only-binary", ":all:"])
-        .args(TEST_PINS);
-    if !run_ok(without_rust(&mut pip, &venv)) {
-        return Err(format!("pip install {} failed", TEST_PINS.join(" ")));
-    }
-    let sdist = sdist_root(&python, &venv)?;
+    let (venv, python) = venv_with(&target().join("zarr-venv"), &wheel, reuse, &TEST_PINS)?;
+    // The tests and the pyproject.toml that holds zarr's pytest settings.
+    let sdist = ZARR.unpack(&python, &venv, &["tests", "pyproject.toml"])?;
     println!(
         "zarr: wheel, venv and sdist in {}s; zarr {VERSION}'s tests from {}",
         t.elapsed().as_secs(),
@@ -235,7 +167,7 @@ pub fn run(require: &str) -> Result<Report, String> {
             .collect()
     });
     for (backend, c, took) in results {
-        report.add(backend, c, took);
+        report.add("zarr", backend, c, took);
     }
     Ok(report)
 }
@@ -245,26 +177,8 @@ pub fn run(require: &str) -> Result<Report, String> {
 pub fn command() -> bool {
     let require = std::env::var("GPUBUF_REQUIRE").unwrap_or_default();
     let limit = crate::sh::limit(Duration::from_secs(30 * 60));
-    let (result, stopped) = crate::sh::step("zarr", limit, || run(&require));
-    match result {
-        Ok(r) => {
-            println!();
-            for l in &r.lines {
-                println!("{l}");
-            }
-            let mut failed = r.total.failed;
-            if let Some(s) = stopped {
-                println!("{s}");
-                failed += 1;
-            }
-            println!("zarr: {} passed, {failed} failed, {} skipped", r.total.passed, r.total.skipped);
-            failed == 0
-        }
-        Err(e) => {
-            eprintln!("zarr: FAILED ({e})");
-            false
-        }
-    }
+    let (result, stopped) = crate::sh::step("zarr", limit, || run(&require, false));
+    crate::python::report_command("zarr", result, stopped)
 }
 
 #[cfg(test)]
