@@ -296,7 +296,14 @@ fn upload<T: Wrap>(
     arr: &Bound<'_, PyUntypedArray>,
     pool: Option<&MemoryPool<GilAllocator>>,
 ) -> PyResult<()> {
-    let arr = &crate::dtype::viewable(arr.clone())?;
+    // A strided value is made C-contiguous by numpy (one pass in C) rather than gathered
+    // element by element through a Rust view.
+    let arr = if arr.ndim() > 0 && !arr.is_c_contiguous() {
+        arr.py().import("numpy")?.call_method1("ascontiguousarray", (arr,))?.cast_into::<PyUntypedArray>()?
+    } else {
+        arr.clone()
+    };
+    let arr = &crate::dtype::viewable(arr)?;
     let typed = arr.cast::<PyArrayDyn<T>>().map_err(|_| unsupported_dtype("value"))?;
     let ro = typed.readonly();
     let host = ro.as_array();

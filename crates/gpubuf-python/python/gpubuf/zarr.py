@@ -302,6 +302,12 @@ class NDBuffer(core.NDBuffer, metaclass=_NDBufferMeta):
         if isinstance(self._data, _Array):
             if isinstance(value, _Array):
                 value = _on_device(value, self._data.backend)
+            elif isinstance(value, np.ndarray) and self._data.backend.name == "cpu":
+                # The CPU backend's memory is host memory, and numpy's view of it is the
+                # array itself: numpy's assignment writes a decoded chunk in one pass, on
+                # the thread zarr runs it on (set_region stages and gathers it).
+                np.asarray(self._data)[key] = value
+                return
             self._data.set_region(key, value, self._pool())
         else:
             self._data[key] = value.to_numpy() if isinstance(value, _Array) else value
