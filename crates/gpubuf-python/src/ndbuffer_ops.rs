@@ -119,8 +119,8 @@ impl PyNDBuffer {
 
     /// The values converted to ``dtype`` (numpy's casting rules, ``casting`` as numpy's),
     /// as a new array on this backend; with ``copy=False`` and the same dtype, this array
-    /// itself. The same dtype copies on the device; a conversion runs on host values.
-    /// The result is C-ordered. Raises ``DTypeMismatchError`` for a dtype gpubuf has no
+    /// itself. The same dtype copies on the device (C order); a conversion runs on host
+    /// values and keeps numpy's ``order`` (``"K"`` keeps an F-contiguous array F). Raises ``DTypeMismatchError`` for a dtype gpubuf has no
     /// type for, numpy's ``TypeError`` for a cast ``casting`` forbids.
     #[pyo3(signature = (dtype, order = "K", casting = "unsafe", subok = true, copy = true))]
     fn astype<'py>(
@@ -141,10 +141,13 @@ impl PyNDBuffer {
             if !copy {
                 return Ok(slf.clone().into_any());
             }
-            return Ok(Bound::new(slf.py(), this.copy(slf.py())?)?.into_any());
+            if order != "F" {
+                return Ok(Bound::new(slf.py(), this.copy(slf.py())?)?.into_any());
+            }
         }
         let kwargs = PyDict::new(slf.py());
         kwargs.set_item("casting", casting)?;
+        kwargs.set_item("order", order)?;
         let r = PyNDBuffer::to_numpy(slf)?.call_method("astype", (dtype,), Some(&kwargs))?;
         on_backend(slf, r)
     }

@@ -99,6 +99,10 @@ def test_astype_matches_numpy(backend, to):
     with pytest.raises(gpubuf.InvalidArgumentError):
         a.astype("float64", order="X")
     check(a.astype("float64"), x.astype("float64"))  # usable after the errors
+    f = arr(np.asfortranarray(x), backend)
+    assert f.astype("float64").flags.f_contiguous  # "K" keeps the memory order
+    assert f.astype("float64", order="C").flags.c_contiguous
+    assert f.astype("float32", order="F").flags.f_contiguous
 
 
 @pytest.mark.parametrize("order", ["C", "F", "A"])

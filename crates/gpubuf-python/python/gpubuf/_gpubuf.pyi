@@ -191,7 +191,7 @@ class NDBuffer:
     def astype(
         self, dtype: _DType, order: str = "K", casting: str = "unsafe", subok: bool = True, copy: bool = True
     ) -> NDBuffer:
-        """The values converted to ``dtype`` on this backend (C order); ``copy=False`` with
+        """The values converted to ``dtype`` on this backend (numpy's ``order``); ``copy=False`` with
         the same dtype gives this array."""
     @property
     def flags(self) -> Flags:
