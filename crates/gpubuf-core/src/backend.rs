@@ -382,7 +382,8 @@ pub fn check_plan_args<M: DeviceMemory>(
     arrays: &[MemRef<'_, M>],
     buffer: MemRef<'_, M>,
 ) -> Result<()> {
-    let size = dtype.size();
+    // Kernels move lanes: a complex element needs the alignment of its float lane only.
+    let (size, align) = (dtype.size(), dtype.lane().size());
     if plan.negates() && !dtype.negatable() {
         return Err(Error::invalid(format!("the plan negates, and {dtype} has no negation")));
     }
@@ -395,14 +396,14 @@ pub fn check_plan_args<M: DeviceMemory>(
     }
     buffer.check()?;
     check_bytes("plan buffer", plan.buffer_len(), size, &buffer)?;
-    if buffer.offset % size != 0 {
-        return Err(Error::invalid(format!("buffer offset {} not a multiple of {size}", buffer.offset)));
+    if buffer.offset % align != 0 {
+        return Err(Error::invalid(format!("buffer offset {} not a multiple of {align}", buffer.offset)));
     }
     for (i, (a, &n)) in arrays.iter().zip(plan.source_lens()).enumerate() {
         a.check()?;
         check_bytes(&format!("plan source {i}"), n, size, a)?;
-        if a.offset % size != 0 {
-            return Err(Error::invalid(format!("source {i} offset {} not a multiple of {size}", a.offset)));
+        if a.offset % align != 0 {
+            return Err(Error::invalid(format!("source {i} offset {} not a multiple of {align}", a.offset)));
         }
         if a.overlaps(&buffer) {
             return Err(Error::invalid(format!("source {i} overlaps the plan buffer")));

@@ -30,11 +30,15 @@ pub enum DType {
     /// numpy's `bool`: one byte, 0 or 1 ([`Bool`]). Copy plans move it as a byte; it has
     /// no negation, so a plan that negates refuses it.
     Bool,
+    /// numpy's `complex64`: two `f32` lanes, real then imaginary (`Complex<f32>`).
+    Complex64,
+    /// numpy's `complex128`: two `f64` lanes, real then imaginary (`Complex<f64>`).
+    Complex128,
 }
 
 impl DType {
     /// Every dtype, in declaration order.
-    pub const ALL: [DType; 12] = [
+    pub const ALL: [DType; 14] = [
         DType::U8,
         DType::I32,
         DType::U32,
@@ -47,6 +51,8 @@ impl DType {
         DType::F32,
         DType::F64,
         DType::Bool,
+        DType::Complex64,
+        DType::Complex128,
     ];
 
     /// Size of one element in bytes (the itemsize).
@@ -55,13 +61,40 @@ impl DType {
             DType::U8 | DType::I8 | DType::Bool => 1,
             DType::I16 | DType::U16 | DType::F16 => 2,
             DType::I32 | DType::U32 | DType::F32 => 4,
-            DType::I64 | DType::U64 | DType::F64 => 8,
+            DType::I64 | DType::U64 | DType::F64 | DType::Complex64 => 8,
+            DType::Complex128 => 16,
         }
     }
 
-    /// Whether the type is a floating-point type (negation flips the sign bit).
+    /// Whether the type is a real floating-point type (negation flips the sign bit).
+    /// Complex types are not: see [`DType::lane`].
     pub const fn is_float(self) -> bool {
         matches!(self, DType::F16 | DType::F32 | DType::F64)
+    }
+
+    /// Whether the type is complex (two float lanes).
+    pub const fn is_complex(self) -> bool {
+        matches!(self, DType::Complex64 | DType::Complex128)
+    }
+
+    /// The type of one lane: `float32` for `complex64`, `float64` for `complex128`, the type
+    /// itself for every other. Kernels move and negate a complex element as
+    /// [`DType::lanes`] consecutive lanes ([`crate::CopyPlan::split_lanes`]).
+    pub const fn lane(self) -> DType {
+        match self {
+            DType::Complex64 => DType::F32,
+            DType::Complex128 => DType::F64,
+            d => d,
+        }
+    }
+
+    /// Lanes of one element: 2 for complex types, 1 for every other.
+    pub const fn lanes(self) -> usize {
+        if self.is_complex() {
+            2
+        } else {
+            1
+        }
     }
 
     /// The numpy-style name (`"float32"`, `"int64"`, ...).
@@ -79,6 +112,8 @@ impl DType {
             DType::F32 => "float32",
             DType::F64 => "float64",
             DType::Bool => "bool",
+            DType::Complex64 => "complex64",
+            DType::Complex128 => "complex128",
         }
     }
 
@@ -90,7 +125,8 @@ impl DType {
 
     /// Negates one element stored as raw bytes, in place, with gpubuf's negation rule:
     /// floats flip the sign bit (so `-0.0`, infinities and NaNs behave alike on every
-    /// backend); integers take the two's-complement negation, wrapping.
+    /// backend); integers take the two's-complement negation, wrapping; complex numbers
+    /// negate both lanes.
     ///
     /// `bytes` must hold exactly [`DType::size`] bytes; other lengths, and a [`DType::Bool`]
     /// (not [`negatable`](DType::negatable)), are left unchanged.
@@ -98,7 +134,10 @@ impl DType {
         if bytes.len() != self.size() || !self.negatable() {
             return;
         }
-        if self.is_float() {
+        if self.is_complex() {
+            let lane = self.lane();
+            bytes.chunks_exact_mut(lane.size()).for_each(|b| lane.negate_bytes(b));
+        } else if self.is_float() {
             // Little-endian: the sign bit is the top bit of the last byte.
             if let Some(last) = bytes.last_mut() {
                 *last ^= 0x80;
@@ -184,6 +223,28 @@ macro_rules! float_element {
 float_element!(f32, DType::F32, u32, 0x8000_0000u32);
 float_element!(f64, DType::F64, u64, 0x8000_0000_0000_0000u64);
 float_element!(half::f16, DType::F16, u16, 0x8000u16);
+
+pub use num_complex::Complex;
+
+macro_rules! complex_element {
+    ($t:ty, $d:expr) => {
+        impl Element for $t {
+            const DTYPE: DType = $d;
+            /// Both lanes negated by the float rule.
+            fn negate(self) -> Self {
+                <$t>::new(self.re.negate(), self.im.negate())
+            }
+            fn same_value(&self, other: &Self) -> bool {
+                self.re.same_value(&other.re) && self.im.same_value(&other.im)
+            }
+        }
+    };
+}
+
+// numpy's `complex64` (num-complex's type, the one rust-numpy maps to it).
+complex_element!(Complex<f32>, DType::Complex64);
+// numpy's `complex128`.
+complex_element!(Complex<f64>, DType::Complex128);
 
 /// numpy's `bool` as a gpubuf element: one byte, `Bool(0)` false and `Bool(1)` true (the
 /// only values numpy writes; another byte reads as true, as numpy's does). A plain byte
@@ -290,6 +351,11 @@ mod tests {
             check(v);
         }
         check(half::f16::from_f32(-3.5));
+        check(Complex::new(1.5f32, -0.0));
+        check(Complex::new(f64::NAN, 2.0));
+        let mut z = bytemuck::bytes_of(&Complex::new(1.0f32, -2.0)).to_vec();
+        DType::Complex64.negate_bytes(&mut z);
+        assert_eq!(bytemuck::pod_read_unaligned::<Complex<f32>>(&z), Complex::new(-1.0, 2.0));
         assert_eq!((-5i32).negate(), 5);
         assert_eq!(2.0f32.negate(), -2.0);
     }

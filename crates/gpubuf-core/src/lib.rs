@@ -26,6 +26,7 @@ mod dtype;
 pub mod encode;
 mod error;
 pub mod kernel;
+mod lanes;
 mod layout;
 mod plan;
 pub mod process;
@@ -36,8 +37,9 @@ pub use backend::{
     check_copy, check_fill, check_plan_args, check_scatter_args, Allocator, Backend, BackendKind, DeviceInfo,
     DeviceMemory, Kernels, MemRef, MemoryInfo, PreparedPlan,
 };
-pub use dtype::{Bool, DType, Element};
+pub use dtype::{Bool, Complex, DType, Element};
 pub use error::{Error, PoolStats, Result};
+pub use lanes::lane_plan;
 pub use layout::{checked_size, Layout, Order};
 pub use plan::CopyPlan;
 pub use segment::{Segment, MAX_DIMS};

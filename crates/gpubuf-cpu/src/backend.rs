@@ -41,11 +41,23 @@ impl CpuStream {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CpuEvent;
 
-/// A plan prepared for the CPU (the plan itself; nothing to upload).
+/// A plan prepared for the CPU (the plan itself, and for a complex dtype the plan over
+/// its lanes; nothing to upload).
 #[derive(Debug, Clone)]
 pub struct CpuPlan {
     plan: CopyPlan,
     dtype: DType,
+    lanes: Option<CopyPlan>,
+}
+
+impl CpuPlan {
+    /// The plan the kernels run and the element type they run it with.
+    fn exec(&self) -> (&CopyPlan, DType) {
+        match &self.lanes {
+            Some(p) => (p, self.dtype.lane()),
+            None => (&self.plan, self.dtype),
+        }
+    }
 }
 
 impl PreparedPlan for CpuPlan {
@@ -241,7 +253,12 @@ impl Kernels for CpuBackend {
     type Plan = CpuPlan;
 
     fn prepare(&self, plan: &CopyPlan, dtype: DType) -> Result<CpuPlan> {
-        Ok(CpuPlan { plan: plan.clone(), dtype })
+        let (exec, _) = gpubuf_core::lane_plan(plan, dtype)?;
+        let lanes = match exec {
+            std::borrow::Cow::Owned(p) => Some(p),
+            std::borrow::Cow::Borrowed(_) => None,
+        };
+        Ok(CpuPlan { plan: plan.clone(), dtype, lanes })
     }
 
     fn gather(
@@ -294,7 +311,8 @@ fn run(
         Direction::Gather => (Mode::Shared, Mode::Exclusive),
         Direction::Scatter => (Mode::Exclusive, Mode::Shared),
     };
-    let spans = plan_spans(&plan.plan, plan.dtype.size(), arrays, read, buffer, written);
+    let (exec, dtype) = plan.exec();
+    let spans = plan_spans(exec, dtype.size(), arrays, read, buffer, written);
     let (_borrows, ptrs) = borrow_all(&spans)?;
     // SAFETY: `check_plan_args` proved every range inside its allocation, long enough for
     // the plan, aligned to the dtype, and the buffer disjoint from the arrays; for scatter
@@ -305,7 +323,7 @@ fn run(
     unsafe {
         let array_ptrs: Vec<*mut u8> = arrays.iter().zip(&ptrs).map(|(a, p)| p.add(a.offset)).collect();
         let buf = ptrs[arrays.len()].add(buffer.offset);
-        execute(&plan.plan, plan.dtype, &array_ptrs, buf, dir);
+        execute(exec, dtype, &array_ptrs, buf, dir);
     }
     Ok(())
 }

@@ -40,7 +40,7 @@ use crate::{with_array, with_array_mut, CpuBackend, CpuEvent, CpuMemory, CpuStre
 use gpubuf_buffer::args::{Access, ArrayParts, Part};
 use gpubuf_buffer::Args;
 use gpubuf_core::kernel::{Launch, Scalar, ScalarValue};
-use gpubuf_core::{f16, Backend, Bool, DType, DeviceMemory, Element, Error, Result};
+use gpubuf_core::{f16, Backend, Bool, Complex, DType, DeviceMemory, Element, Error, Result};
 use ndarray::{ArrayViewD, ArrayViewMutD};
 use std::sync::Arc;
 
@@ -120,14 +120,15 @@ mod erased {
             }
         };
     }
-    any!(U8: u8, I32: i32, U32: u32, I64: i64, I8: i8, I16: i16, U16: u16, U64: u64, F16: f16, F32: f32, F64: f64, Bool: Bool);
+    any!(U8: u8, I32: i32, U32: u32, I64: i64, I8: i8, I16: i16, U16: u16, U64: u64, F16: f16, F32: f32, F64: f64, Bool: Bool,
+        Complex64: Complex<f32>, Complex128: Complex<f64>);
 }
 
 use erased::{AnyWrite, Sealed, Slot};
 
 /// An element type a CPU kernel can view: the [`Element`]s (`u8`, `i32`, `u32`, `i64`, `i8`,
 /// `i16`, `u16`, `u64`,
-/// `f16`, `f32`, `f64`, [`Bool`]). Sealed.
+/// `f16`, `f32`, `f64`, [`Bool`], `Complex<f32>`, `Complex<f64>`). Sealed.
 pub trait CpuElement: Sealed {}
 
 /// Borrows and views the arrays of `parts` one inside the other, then runs `f` on them all.

@@ -166,7 +166,9 @@ impl Kernels for CudaBackend {
 
     fn prepare(&self, plan: &CopyPlan, dtype: DType) -> Result<CudaPlan> {
         let mut parts = Vec::new();
-        for (sources, sub) in plan.split_by_source(MAX_SOURCES)? {
+        // A complex element runs as its float lanes (the launch uses `dtype.lane()`).
+        let (exec, _) = gpubuf_core::lane_plan(plan, dtype)?;
+        for (sources, sub) in exec.split_by_source(MAX_SOURCES)? {
             let enc = encode_blocks(&sub, BlockShape::new(BLOCK_ELEMS));
             if enc.blocks() == 0 {
                 continue;
@@ -234,7 +236,9 @@ impl CudaBackend {
             self.use_on(stream, &part.segs)?;
             self.use_on(stream, &part.groups)?;
         }
-        let w = plan.dtype.size().trailing_zeros() as usize;
+        // The tables are over lanes (`prepare`): a complex element is two float lanes.
+        let lane = plan.dtype.lane();
+        let w = lane.size().trailing_zeros() as usize;
         let f = if gather { module.gather[w] } else { module.scatter[w] };
         for part in &plan.parts {
             let mut table = [0u64; MAX_SOURCES];
@@ -244,7 +248,7 @@ impl CudaBackend {
             let mut segs = part.segs.ptr;
             let mut groups = part.groups.ptr;
             let mut nseg = part.nseg;
-            let mut is_float = i32::from(plan.dtype.is_float());
+            let mut is_float = i32::from(lane.is_float());
             let mut buf = device_address(buffer.memory.ptr, buffer.offset)?;
             let mut params: [*mut c_void; 6] = [
                 &mut segs as *mut _ as *mut c_void,

@@ -36,4 +36,4 @@ macro_rules! floats {
         }
     )*};
 }
-floats!(f32, f64, half::f16);
+floats!(f32, f64, half::f16, gpubuf_core::Complex<f32>, gpubuf_core::Complex<f64>);

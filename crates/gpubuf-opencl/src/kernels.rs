@@ -244,7 +244,9 @@ impl Kernels for OpenClBackend {
     fn prepare(&self, plan: &CopyPlan, dtype: DType) -> Result<ClPlan> {
         self.same_process()?;
         let mut parts = Vec::new();
-        for (sources, sub) in plan.split_by_source(self.max_slots())? {
+        // A complex element runs as its float lanes (the launch uses `dtype.lane()`).
+        let (exec, _) = gpubuf_core::lane_plan(plan, dtype)?;
+        for (sources, sub) in exec.split_by_source(self.max_slots())? {
             let program = self.program(sources.len().next_power_of_two())?;
             let too_big = || Error::plan(format!("{} elements exceed one launch", sub.total()));
             let (nseg, segments, index, total, global) = match program.kernel {
@@ -337,9 +339,11 @@ impl OpenClBackend {
         for a in arrays {
             self.own_memory(a.memory)?;
         }
-        let size = plan.dtype.size();
-        let w = width_index(plan.dtype);
-        let is_float = i32::from(plan.dtype.is_float());
+        // The tables are over lanes (`prepare`): a complex element is two float lanes.
+        let lane = plan.dtype.lane();
+        let size = lane.size();
+        let w = width_index(lane);
+        let is_float = i32::from(lane.is_float());
         let buf_off = device_index(buffer.offset / size)?;
         let placeholder = self.placeholder()?;
         for part in &plan.parts {

@@ -41,6 +41,10 @@ pub(crate) enum AnyBufferizer {
     F16(Bufferizer<Device, half::f16>),
     F32(Bufferizer<Device, f32>),
     F64(Bufferizer<Device, f64>),
+    /// `complex64`
+    C64(Bufferizer<Device, gpubuf_core::Complex<f32>>),
+    /// `complex128`
+    C128(Bufferizer<Device, gpubuf_core::Complex<f64>>),
 }
 
 /// Runs `$body` with `$b` bound to the typed bufferizer `$a` holds.
@@ -59,6 +63,8 @@ macro_rules! each {
             AnyBufferizer::F16($b) => $body,
             AnyBufferizer::F32($b) => $body,
             AnyBufferizer::F64($b) => $body,
+            AnyBufferizer::C64($b) => $body,
+            AnyBufferizer::C128($b) => $body,
         }
     };
 }
@@ -86,7 +92,9 @@ macro_rules! typed {
             }
             fn value(v: &Bound<'_, PyAny>) -> PyResult<Self> {
                 let f: fn(&Bound<'_, PyAny>) -> PyResult<Self> = $value;
-                f(v).map_err(|_| invalid(format!("flush value {v} is not a {}", stringify!($t))))
+                f(v).map_err(|_| {
+                    invalid(format!("flush value {v} is not a {}", <$t as gpubuf::Element>::DTYPE))
+                })
             }
             fn unwrap_mut(any: &mut AnyBufferizer) -> Option<&mut Bufferizer<Device, Self>> {
                 match any {
@@ -119,6 +127,26 @@ pub(crate) fn narrow<T>(v: &Bound<'_, PyAny>, cast: fn(f64) -> T, finite: fn(&T)
     Ok(t)
 }
 typed!(f64, F64, |v| v.extract());
+typed!(gpubuf_core::Complex<f32>, C64, |v| {
+    let (re, im) = complex_parts(v)?;
+    let c = gpubuf_core::Complex::new(re as f32, im as f32);
+    if (re.is_finite() && !c.re.is_finite()) || (im.is_finite() && !c.im.is_finite()) {
+        return Err(invalid(format!("{v} overflows complex64")));
+    }
+    Ok(c)
+});
+typed!(gpubuf_core::Complex<f64>, C128, |v| complex_parts(v)
+    .map(|(re, im)| gpubuf_core::Complex::new(re, im)));
+
+/// The real and imaginary parts of a Python number, by Python's `complex(v)` (which takes
+/// ints, floats, complex numbers and numpy scalars; not strings here).
+pub(crate) fn complex_parts(v: &Bound<'_, PyAny>) -> PyResult<(f64, f64)> {
+    if v.is_instance_of::<pyo3::types::PyString>() {
+        return Err(invalid(format!("{v} is not a number")));
+    }
+    let c = v.py().get_type::<pyo3::types::PyComplex>().call1((v,))?;
+    Ok((c.getattr("real")?.extract()?, c.getattr("imag")?.extract()?))
+}
 
 /// One input, converted and held alive: a device array or a numpy array of host memory.
 pub(crate) enum Held<'py> {

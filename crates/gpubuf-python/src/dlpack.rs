@@ -85,8 +85,10 @@ fn dl_dtype(d: DType) -> DLDataType {
         DType::F16 | DType::F32 | DType::F64 => 2,
         // kDLBool, one byte per value.
         DType::Bool => 6,
+        // kDLComplex: 64 bits for complex64, 128 for complex128.
+        DType::Complex64 | DType::Complex128 => 5,
     };
-    // Element sizes are 1 to 8 bytes.
+    // Element sizes are 1 to 16 bytes.
     DLDataType { code, bits: (d.size() * 8) as u8, lanes: 1 }
 }
 

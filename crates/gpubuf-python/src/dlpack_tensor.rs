@@ -89,6 +89,8 @@ fn dtype_of(t: &DLDataType) -> PyResult<DType> {
         (2, 16, 1) => DType::F16,
         (2, 32, 1) => DType::F32,
         (2, 64, 1) => DType::F64,
+        (5, 64, 1) => DType::Complex64,
+        (5, 128, 1) => DType::Complex128,
         (code, bits, lanes) => {
             return Err(crate::errors::unsupported_dtype(&format!(
                 "DLPack type code {code}, {bits} bits, {lanes} lanes"

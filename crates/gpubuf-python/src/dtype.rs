@@ -1,5 +1,5 @@
 //! One array type for every dtype: [`AnyArray`] holds an `NDBuffer<Device, T>` of one of
-//! gpubuf's twelve element types, and the macros run generic code on whichever it holds.
+//! gpubuf's fourteen element types, and the macros run generic code on whichever it holds.
 
 use gpubuf::{DType, Device, NDBuffer};
 use half::f16;
@@ -32,6 +32,10 @@ pub enum AnyArray {
     F64(NDBuffer<Device, f64>),
     /// `bool`
     Bool(NDBuffer<Device, gpubuf_core::Bool>),
+    /// `complex64`
+    C64(NDBuffer<Device, gpubuf_core::Complex<f32>>),
+    /// `complex128`
+    C128(NDBuffer<Device, gpubuf_core::Complex<f64>>),
 }
 
 /// Runs `$body` with `$nd` bound to the typed array `$a` holds.
@@ -50,6 +54,8 @@ macro_rules! dispatch {
             $crate::dtype::AnyArray::F32($nd) => $body,
             $crate::dtype::AnyArray::F64($nd) => $body,
             $crate::dtype::AnyArray::Bool($nd) => $body,
+            $crate::dtype::AnyArray::C64($nd) => $body,
+            $crate::dtype::AnyArray::C128($nd) => $body,
         }
     };
 }
@@ -107,6 +113,14 @@ macro_rules! with_dtype {
                 type $t = gpubuf_core::Bool;
                 $body
             }
+            gpubuf::DType::Complex64 => {
+                type $t = gpubuf_core::Complex<f32>;
+                $body
+            }
+            gpubuf::DType::Complex128 => {
+                type $t = gpubuf_core::Complex<f64>;
+                $body
+            }
         }
     };
 }
@@ -139,6 +153,8 @@ wrap!(f16, F16);
 wrap!(f32, F32);
 wrap!(f64, F64);
 wrap!(gpubuf_core::Bool, Bool);
+wrap!(gpubuf_core::Complex<f32>, C64);
+wrap!(gpubuf_core::Complex<f64>, C128);
 
 impl AnyArray {
     /// The element type.
@@ -163,7 +179,7 @@ impl AnyArray {
 }
 
 /// gpubuf's dtype from a numpy dtype, or `DTypeMismatchError` for one gpubuf has no type
-/// for (a complex, byte-swapped, string or structured dtype, ...).
+/// for (a byte-swapped, string or structured dtype, ...).
 ///
 /// # Errors
 /// `DTypeMismatchError` as above.

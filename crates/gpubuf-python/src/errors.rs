@@ -186,7 +186,7 @@ pub fn unsupported_dtype(got: &str) -> PyErr {
             let ty = class(py, "DTypeMismatchError")
                 .ok_or_else(|| PyRuntimeError::new_err("gpubuf is not initialised"))?;
             let msg = format!(
-                "numpy dtype {got} has no gpubuf element type (int8, int16, int32, int64, uint8, uint16, uint32, uint64, float16, float32, float64)"
+                "numpy dtype {got} has no gpubuf element type (int8, int16, int32, int64, uint8, uint16, uint32, uint64, float16, float32, float64, complex64, complex128, bool)"
             );
             let value = ty.call1((msg,))?;
             value.setattr("expected", py.None())?;

@@ -107,7 +107,7 @@ pub fn put(py: Python<'_>, array: &AnyArray, flat: Vec<usize>, values: AnyArray)
                 }
             };
         }
-        arm!(U8, I32, U32, I64, I8, I16, U16, U64, F16, F32, F64, Bool)
+        arm!(U8, I32, U32, I64, I8, I16, U16, U64, F16, F32, F64, Bool, C64, C128)
     })
     .py()
 }

@@ -37,7 +37,8 @@ macro_rules! pick {
         }
     )*};
 }
-pick!(u8 => U8, i32 => I32, u32 => U32, i64 => I64, i8 => I8, i16 => I16, u16 => U16, u64 => U64, half::f16 => F16, f32 => F32, f64 => F64, gpubuf_core::Bool => Bool);
+pick!(u8 => U8, i32 => I32, u32 => U32, i64 => I64, i8 => I8, i16 => I16, u16 => U16, u64 => U64, half::f16 => F16, f32 => F32, f64 => F64, gpubuf_core::Bool => Bool,
+    gpubuf_core::Complex<f32> => C64, gpubuf_core::Complex<f64> => C128);
 
 /// A set of any element type.
 enum AnyFields {
@@ -54,6 +55,10 @@ enum AnyFields {
     F16(HaloFields<Device, half::f16>),
     F32(HaloFields<Device, f32>),
     F64(HaloFields<Device, f64>),
+    /// `complex64`
+    C64(HaloFields<Device, gpubuf_core::Complex<f32>>),
+    /// `complex128`
+    C128(HaloFields<Device, gpubuf_core::Complex<f64>>),
 }
 
 macro_rules! fdispatch {
@@ -71,6 +76,8 @@ macro_rules! fdispatch {
             AnyFields::F16($h) => $body,
             AnyFields::F32($h) => $body,
             AnyFields::F64($h) => $body,
+            AnyFields::C64($h) => $body,
+            AnyFields::C128($h) => $body,
         }
     };
 }

@@ -33,6 +33,10 @@ enum AnyTransformer {
     F16(HaloDataTransformer<Device, half::f16>),
     F32(HaloDataTransformer<Device, f32>),
     F64(HaloDataTransformer<Device, f64>),
+    /// `complex64`
+    C64(HaloDataTransformer<Device, gpubuf_core::Complex<f32>>),
+    /// `complex128`
+    C128(HaloDataTransformer<Device, gpubuf_core::Complex<f64>>),
 }
 
 macro_rules! tdispatch {
@@ -50,6 +54,8 @@ macro_rules! tdispatch {
             AnyTransformer::F16($x) => $body,
             AnyTransformer::F32($x) => $body,
             AnyTransformer::F64($x) => $body,
+            AnyTransformer::C64($x) => $body,
+            AnyTransformer::C128($x) => $body,
         }
     };
 }
@@ -83,6 +89,8 @@ typed!(gpubuf_core::Bool, Bool);
 typed!(half::f16, F16);
 typed!(f32, F32);
 typed!(f64, F64);
+typed!(gpubuf_core::Complex<f32>, C64);
+typed!(gpubuf_core::Complex<f64>, C128);
 
 /// The typed arrays at indices `idx` of `v`.
 fn typed_list<'a, T: Typed>(v: &'a [AnyArray], idx: &[usize]) -> PyResult<Vec<&'a NDBuffer<Device, T>>> {
@@ -284,6 +292,8 @@ impl PyHaloDataTransformer {
                     DType::F16 => AnyTransformer::F16(HaloDataTransformer::new(&dev, x, y)?),
                     DType::F32 => AnyTransformer::F32(HaloDataTransformer::new(&dev, x, y)?),
                     DType::F64 => AnyTransformer::F64(HaloDataTransformer::new(&dev, x, y)?),
+                    DType::Complex64 => AnyTransformer::C64(HaloDataTransformer::new(&dev, x, y)?),
+                    DType::Complex128 => AnyTransformer::C128(HaloDataTransformer::new(&dev, x, y)?),
                 })
             })
             .py()?;

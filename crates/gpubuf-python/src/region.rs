@@ -104,7 +104,8 @@ pub fn parse_key(key: &Bound<'_, PyAny>, shape: &[usize]) -> PyResult<Vec<Index>
 }
 
 fn int_index(item: &Bound<'_, PyAny>, axis: usize, len: usize) -> PyResult<usize> {
-    let fancy = || invalid("only integers, slices, '...' and None are valid indices (no fancy indexing)");
+    let fancy =
+        || invalid("only integers, slices, '...', None, integer arrays and boolean arrays are valid indices");
     if item.is_instance_of::<pyo3::types::PyBool>() || !item.hasattr("__index__")? {
         return Err(fancy());
     }
@@ -287,7 +288,7 @@ fn copy_between(dst: &AnyArray, src: &AnyArray) -> gpubuf::Result<()> {
             }
         };
     }
-    arm!(U8, I32, U32, I64, I8, I16, U16, U64, F16, F32, F64, Bool)
+    arm!(U8, I32, U32, I64, I8, I16, U16, U64, F16, F32, F64, Bool, C64, C128)
 }
 
 /// Writes the numpy array (or 0-d scalar) `arr` of `T` into the view `region`.

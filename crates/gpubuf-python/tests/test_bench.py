@@ -61,7 +61,8 @@ def test_zarr_report(backend):
     pytest.importorskip("zarr")
     r = bench.run("zarr", backend.name, reps=1, quick=True)
     names = check_report(r, "zarr", backend.name)
-    assert set(names) == {"read_gbps"} and names["read_gbps"]["unit"] == "GB/s"
+    cases = {f"{a}/{op}_gbps" for a in ("unsharded", "sharded") for op in ("read", "write")}
+    assert set(names) == cases and all(names[c]["unit"] == "GB/s" for c in cases)
 
 
 def test_bad_arguments():

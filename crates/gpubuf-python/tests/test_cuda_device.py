@@ -26,7 +26,8 @@ def cuda():
 
 
 def test_round_trip_of_every_dtype(cuda):
-    for dtype in ("float32", "float64", "int32", "int64", "uint8", "uint32", "float16", "int8", "int16", "uint16", "uint64"):
+    for dtype in ("float32", "float64", "int32", "int64", "uint8", "uint32", "float16", "int8", "int16", "uint16", "uint64",
+                  "complex64", "complex128"):
         host = (np.arange(2 * 3 * 5) % 7).astype(dtype).reshape(2, 3, 5)
         dev = gpubuf.NDBuffer.from_numpy(host, backend=cuda)
         assert dev.backend.name == "cuda"

@@ -126,10 +126,10 @@ def test_foreign_cuda_capsule_is_read():
     assert alive() is None  # the capsule's destructor ran the deleter
     with pytest.raises(gpubuf.InvalidArgumentError):
         native._read_dlpack_capsule(object())
-    complex64 = foreign_capsule([3], [1], (5, 64), 0x7000_0000_0000, (KDLCUDA, 0))
+    bfloat16 = foreign_capsule([3], [1], (4, 16), 0x7000_0000_0000, (KDLCUDA, 0))
     with pytest.raises(gpubuf.DTypeMismatchError):
-        native._read_dlpack_capsule(complex64)
-    del complex64  # destroyed with no exception pending (its destructor is a ctypes callback)
+        native._read_dlpack_capsule(bfloat16)
+    del bfloat16  # destroyed with no exception pending (its destructor is a ctypes callback)
     gc.collect()
 
 

@@ -56,7 +56,10 @@ DIMS = [(X, Y, Z), (Z, Y, X), (X, Y), ("x_interface", "y", Z), ("x", "y_interfac
 
 
 def field(shape, seed, dtype=np.float64):
-    return np.random.default_rng(seed).standard_normal(shape).astype(dtype)
+    rng = np.random.default_rng(seed)
+    if np.dtype(dtype).kind == "c":
+        return (rng.standard_normal(shape) + 1j * rng.standard_normal(shape)).astype(dtype)
+    return rng.standard_normal(shape).astype(dtype)
 
 
 def shape_of(dims):
@@ -93,10 +96,13 @@ def test_scalar_pack_unpack_match_numpy(backend, dims, rotation):
     np.testing.assert_array_equal(d, exp_d)
 
 
+@pytest.mark.parametrize("dtype", ["float64", "complex64", "complex128"])
 @pytest.mark.parametrize("rotation", [0, 1, 2, 3])
-def test_vector_pack_signs_and_order(backend, rotation):
+def test_vector_pack_signs_and_order(backend, rotation, dtype):
+    """Rotated vector halos swap and negate components; a complex component negates both
+    its real and imaginary parts."""
     dims = (X, Y, Z)
-    ux, uy = field((9, 9, 3), 3), field((9, 9, 3), 4)
+    ux, uy = field((9, 9, 3), 3, dtype), field((9, 9, 3), 4, dtype)
     q = qspec(ux, dims)
     east, east_halo = np.index_exp[5:7, 2:7, 0:3], np.index_exp[7:9, 2:7, 0:3]
     north, north_halo = np.index_exp[2:7, 5:7, 0:3], np.index_exp[2:7, 7:9, 0:3]

@@ -74,7 +74,7 @@ def test_duck_typed_spec_errors(cpu):
     with pytest.raises(gpubuf.InvalidArgumentError):
         gpubuf.halo.HaloDataTransformer.get(np, [bad], backend=cpu)
     bad.specification = copy.copy(ex.specification)
-    bad.specification.dtype = np.complex128
+    bad.specification.dtype = np.clongdouble
     with pytest.raises(gpubuf.GpubufError):
         gpubuf.halo.HaloDataTransformer.get(np, [bad], backend=cpu)
 

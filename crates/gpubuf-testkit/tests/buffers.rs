@@ -60,6 +60,8 @@ fn round_trip_dtype<B: Kernels>(b: &B, d: DType, shape: &[usize], order: Order, 
         DType::F32 => round_trip_one::<B, f32>(b, shape, order, seed),
         DType::F64 => round_trip_one::<B, f64>(b, shape, order, seed),
         DType::Bool => round_trip_one::<B, gpubuf::Bool>(b, shape, order, seed),
+        DType::Complex64 => round_trip_one::<B, gpubuf::Complex<f32>>(b, shape, order, seed),
+        DType::Complex128 => round_trip_one::<B, gpubuf::Complex<f64>>(b, shape, order, seed),
     }
 }
 

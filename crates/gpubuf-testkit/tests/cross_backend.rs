@@ -71,6 +71,8 @@ impl EachBackend for ViewCopy {
             DType::F32 => self.typed::<B, f32>(b),
             DType::F64 => self.typed::<B, f64>(b),
             DType::Bool => self.typed::<B, gpubuf::Bool>(b),
+            DType::Complex64 => self.typed::<B, gpubuf::Complex<f32>>(b),
+            DType::Complex128 => self.typed::<B, gpubuf::Complex<f64>>(b),
         }
     }
 }

@@ -241,47 +241,11 @@ def bench_pool(backend, reps=15, quick=False):
     return out
 
 
-ZARR_SHAPE, ZARR_CHUNKS = (4096, 4096), (512, 1024)
-
-
 def bench_zarr(backend, reps=15, quick=False):
-    """The zarr figure on ``backend``: ``read_gbps``, a region of a float32 array (64 MiB;
-    4 MiB with ``quick``) in a local-directory store (2 MiB chunks, zarr's default zstd
-    compressor, the files in the page cache after writing) read through
-    ``gpubuf.zarr.buffer_prototype(backend)`` into a device array, against the same
-    region read into numpy by zarr's default prototype: same process, same store,
-    interleaved, the median of ``reps`` after two warm-up rounds. The region leaves out
-    a margin, so edge chunks are read in part."""
-    import tempfile
+    """``gpubuf.bench_zarr``: zarr reads and writes, sharded and unsharded."""
+    from .bench_zarr import bench_zarr as run_zarr
 
-    import zarr
-
-    from .zarr import buffer_prototype
-
-    shape, chunks = ZARR_SHAPE, ZARR_CHUNKS
-    if quick:
-        shape, chunks = (1024, 1024), (256, 256)
-    y, x = np.meshgrid(np.linspace(0, 40, shape[0]), np.linspace(0, 30, shape[1]), indexing="ij")
-    data = (np.sin(x) * np.cos(y) * 100).astype(np.float32)
-    sel = (slice(37, shape[0] - 29), slice(101, shape[1] - 6))
-    nbytes = data[sel].nbytes
-    proto = buffer_prototype(backend)
-    with tempfile.TemporaryDirectory() as tmp:
-        z = zarr.create_array(f"{tmp}/bench.zarr", shape=shape, chunks=chunks, dtype="float32")
-        z[...] = data
-        m = _Median()
-        for rnd in range(reps + 2):
-            t0 = time.perf_counter()
-            host = z.get_basic_selection(sel)
-            t1 = time.perf_counter()
-            dev = z.get_basic_selection(sel, prototype=proto)
-            backend.synchronize()
-            t2 = time.perf_counter()
-            if rnd >= 2:
-                m.add("numpy", t1 - t0)
-                m.add("gpubuf", t2 - t1)
-            del host, dev
-    return [_entry("read_gbps", m.gbps("gpubuf", nbytes), "GB/s", m.gbps("numpy", nbytes))]
+    return run_zarr(backend, reps=reps, quick=quick)
 
 
 def bench_mpi(backend, reps=15, quick=False):

@@ -56,7 +56,7 @@ def _unwrap(value):
 
 _DEVICE_DTYPES = frozenset(
     np.dtype(n)
-    for n in ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float16", "float32", "float64")
+    for n in ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float16", "float32", "float64", "complex64", "complex128")
 )
 
 
@@ -283,8 +283,41 @@ class NDBuffer(core.NDBuffer, metaclass=_NDBufferMeta):
     def all_equal(self, other, equal_nan=True):
         """Whether every element equals ``other`` with zarr's rules (NaN equals NaN when
         ``equal_nan``; a float zero compares bit patterns, so -0.0 is not 0.0; None is
-        never equal). A device array is read to the host for the comparison."""
-        return core.NDBuffer(self.as_numpy_array()).all_equal(other, equal_nan=equal_nan)
+        never equal). The first element is compared first, so an array that differs
+        there (a chunk holding data, as most written chunks do) is answered after reading
+        one element; otherwise a device array is read to the host for the comparison, and
+        the CPU backend's is compared where it is."""
+        data = self._data
+        if data.size > 1:
+            first = NDBuffer._host_of(data[(slice(0, 1),) * data.ndim])
+            if not core.NDBuffer(first).all_equal(other, equal_nan=equal_nan):
+                return False
+        return core.NDBuffer(self._host_view()).all_equal(other, equal_nan=equal_nan)
+
+    @staticmethod
+    def _host_of(data):
+        """``data`` (numpy or gpubuf) as numpy, without a copy where it is host memory."""
+        if isinstance(data, _Array) and data.backend.name != "cpu":
+            return data.to_numpy()
+        return np.asarray(data)
+
+    def _host_view(self):
+        """The data as numpy without a copy where they are host memory (numpy arrays and
+        the CPU backend's), else a copy from the device."""
+        return NDBuffer._host_of(self._data)
+
+    def copy(self):
+        """A copy of the data in a new array of the prototype's pool (C order), on the
+        device for a device array."""
+        data = self._data
+        if not isinstance(data, _Array):
+            return self.__class__(data.copy())
+        out = self._pool().empty(data.shape, data.dtype)
+        if data.backend.name == "cpu":
+            np.copyto(np.asarray(out), np.asarray(data))
+        else:
+            out.set_region(Ellipsis, _on_device(data, self._backend()), self._pool())
+        return self.__class__(out)
 
     def fill(self, value):
         """Sets every element to ``value`` (on the device for a device array)."""
@@ -300,14 +333,17 @@ class NDBuffer(core.NDBuffer, metaclass=_NDBufferMeta):
         host array by numpy (reading a device value first)."""
         value = _unwrap(value)
         if isinstance(self._data, _Array):
+            cpu = self._data.backend.name == "cpu"
+            if cpu and (isinstance(value, np.ndarray) or (isinstance(value, _Array) and value.backend.name == "cpu")):
+                # The CPU backend's memory is host memory, and numpy's view of an array
+                # there is the array itself (no copy, any strides): numpy's assignment
+                # writes a decoded chunk, or a shard's part of the output, in one pass on
+                # the thread zarr runs it on, where set_region would stage a strided
+                # region before writing it. numpy copies a value that overlaps first.
+                np.asarray(self._data)[key] = np.asarray(value)
+                return
             if isinstance(value, _Array):
                 value = _on_device(value, self._data.backend)
-            elif isinstance(value, np.ndarray) and self._data.backend.name == "cpu":
-                # The CPU backend's memory is host memory, and numpy's view of it is the
-                # array itself: numpy's assignment writes a decoded chunk in one pass, on
-                # the thread zarr runs it on (set_region stages and gathers it).
-                np.asarray(self._data)[key] = value
-                return
             self._data.set_region(key, value, self._pool())
         else:
             self._data[key] = value.to_numpy() if isinstance(value, _Array) else value

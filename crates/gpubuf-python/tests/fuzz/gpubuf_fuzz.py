@@ -26,9 +26,10 @@ ROUND = 25
 #: The element types gpubuf has, and some it has not (each of those must be a
 #: ``DTypeMismatchError``).
 DTYPES = [
-    "uint8", "int32", "uint32", "int64", "int8", "int16", "uint16", "uint64", "float16", "float32", "float64", "bool"
+    "uint8", "int32", "uint32", "int64", "int8", "int16", "uint16", "uint64", "float16", "float32", "float64", "bool",
+    "complex64", "complex128",
 ]
-FOREIGN_DTYPES = ["complex64", "complex128", "longdouble", ">f8", ">i4", "S3", "V2", "O"]
+FOREIGN_DTYPES = ["clongdouble", ">c16", "longdouble", ">f8", ">i4", "S3", "V2", "O"]
 
 SETTINGS = settings(
     max_examples=ROUND,

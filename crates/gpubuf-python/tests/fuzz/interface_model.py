@@ -8,7 +8,7 @@ import numpy as np
 
 import gpubuf
 
-GOOD = {np.dtype(d).str: d for d in ["uint8", "int32", "uint32", "int64", "int8", "int16", "uint16", "uint64", "float16", "float32", "float64", "bool"]}
+GOOD = {np.dtype(d).str: d for d in ["uint8", "int32", "uint32", "int64", "int8", "int16", "uint16", "uint64", "float16", "float32", "float64", "bool", "complex64", "complex128"]}
 I64, U64 = 2**63, 2**64
 
 

@@ -92,7 +92,8 @@ def test_dlpack_import(clock, backend):
 
 GOOD_DTYPES = {(0, 8, 1): "int8", (0, 16, 1): "int16", (1, 16, 1): "uint16", (1, 64, 1): "uint64",
                (0, 32, 1): "int32", (0, 64, 1): "int64", (1, 8, 1): "uint8", (1, 32, 1): "uint32",
-               (2, 16, 1): "float16", (2, 32, 1): "float32", (2, 64, 1): "float64", (6, 8, 1): "bool"}
+               (2, 16, 1): "float16", (2, 32, 1): "float32", (2, 64, 1): "float64", (6, 8, 1): "bool",
+               (5, 64, 1): "complex64", (5, 128, 1): "complex128"}
 
 
 @st.composite
