@@ -1,8 +1,10 @@
 //! `cargo xtask zarr`: zarr-python 3.1.6's own tests with gpubuf's classes as zarr's
 //! default buffer and ndbuffer, as a zarr user swaps them: by configuration alone
-//! (`ZARR_BUFFER=gpubuf.zarr.CpuBuffer`, `ZARR_NDBUFFER=gpubuf.zarr.CpuNDBuffer`; zarr
-//! finds the classes through the entry points the gpubuf wheel declares), with no change
-//! to zarr's tests and no plugin.
+//! (`ZARR_BUFFER=gpubuf.zarr.CpuBuffer`, `ZARR_NDBUFFER=gpubuf.zarr.CpuNDBuffer`, and
+//! `ZARR_CODEC_PIPELINE__PATH=gpubuf.zarr_pipeline.CodecPipeline`, which reads v2 chunks in
+//! device memory to the host before numcodecs encodes them; zarr finds the classes through
+//! the entry points the gpubuf wheel declares), with no change to zarr's tests and no
+//! plugin.
 //!
 //! zarr's source distribution (pinned: version and sha256) is fetched once with pip into
 //! `<target>/zarr-3.1.6/` and unpacked afresh on every run (its `tests/` and the
@@ -73,7 +75,8 @@ fn target() -> PathBuf {
 fn swap_env(cmd: &mut Command, backend: &str) {
     let class = format!("{}{}", backend[..1].to_uppercase(), &backend[1..]);
     cmd.env("ZARR_BUFFER", format!("gpubuf.zarr.{class}Buffer"))
-        .env("ZARR_NDBUFFER", format!("gpubuf.zarr.{class}NDBuffer"));
+        .env("ZARR_NDBUFFER", format!("gpubuf.zarr.{class}NDBuffer"))
+        .env("ZARR_CODEC_PIPELINE__PATH", "gpubuf.zarr_pipeline.CodecPipeline");
 }
 
 /// Runs the suite on `backend`: first a check that zarr's default classes are gpubuf's
@@ -82,7 +85,9 @@ fn run_on(backend: &str, python: &Path, venv: &Path, sdist: &Path, deselect: &[S
     let check = format!(
         "import zarr.registry as r; b, n = r.get_buffer_class(), r.get_ndbuffer_class(); \
          assert b.__module__ == n.__module__ == 'gpubuf.zarr', (b, n); \
-         assert n.backend.name == '{backend}', n.backend; print('zarr {backend}: default classes', b.__name__, n.__name__)"
+         assert n.backend.name == '{backend}', n.backend; p = r.get_pipeline_class(); \
+         assert p.__module__ == 'gpubuf.zarr_pipeline', p; \
+         print('zarr {backend}: default classes', b.__name__, n.__name__, p.__name__)"
     );
     let mut probe = Command::new(python);
     probe.args(["-c", &check]).current_dir(sdist);
@@ -201,5 +206,7 @@ mod tests {
         let envs: Vec<_> = cmd.get_envs().map(|(k, v)| (k.to_owned(), v.map(|v| v.to_owned()))).collect();
         assert!(envs.contains(&("ZARR_BUFFER".into(), Some("gpubuf.zarr.OpenclBuffer".into()))));
         assert!(envs.contains(&("ZARR_NDBUFFER".into(), Some("gpubuf.zarr.OpenclNDBuffer".into()))));
+        let pipeline = Some("gpubuf.zarr_pipeline.CodecPipeline".into());
+        assert!(envs.contains(&("ZARR_CODEC_PIPELINE__PATH".into(), pipeline)));
     }
 }

@@ -67,13 +67,17 @@ impl CopyPlan {
 /// `plan` and `dtype` themselves, or for a complex dtype the plan over its float lanes
 /// ([`CopyPlan::split_lanes`]).
 ///
-/// # Errors
-/// As [`CopyPlan::split_lanes`].
-pub fn lane_plan(plan: &CopyPlan, dtype: DType) -> Result<(Cow<'_, CopyPlan>, DType)> {
+/// A plan whose lanes pass `isize::MAX` (declared lengths of more than `isize::MAX / 2`
+/// complex elements) gives an empty lane plan: no memory holds such a source or buffer,
+/// so [`crate::check_plan_args`] refuses every launch of it with
+/// [`Error::OutOfBounds`] before a kernel runs, as it refuses the same lengths of a real
+/// type; preparing it succeeds, as it does for a real type.
+pub fn lane_plan(plan: &CopyPlan, dtype: DType) -> (Cow<'_, CopyPlan>, DType) {
     if dtype.lanes() == 1 {
-        return Ok((Cow::Borrowed(plan), dtype));
+        return (Cow::Borrowed(plan), dtype);
     }
-    Ok((Cow::Owned(plan.split_lanes(dtype.lanes())?), dtype.lane()))
+    let lanes = plan.split_lanes(dtype.lanes()).unwrap_or_else(|_| CopyPlan::empty());
+    (Cow::Owned(lanes), dtype.lane())
 }
 
 #[cfg(test)]
@@ -134,10 +138,14 @@ mod tests {
     #[test]
     fn lane_plan_borrows_for_real_types() {
         let plan = CopyPlan::new(vec![4], 4, vec![Segment::new(0, 0, &[(4, 1)], 0).unwrap()]).unwrap();
-        let (p, d) = lane_plan(&plan, DType::F64).unwrap();
+        let (p, d) = lane_plan(&plan, DType::F64);
         assert!(matches!(p, Cow::Borrowed(_)));
         assert_eq!(d, DType::F64);
-        let (p, d) = lane_plan(&plan, DType::Complex128).unwrap();
+        let (p, d) = lane_plan(&plan, DType::Complex128);
         assert_eq!((p.buffer_len(), d), (8, DType::F64));
+        // Past isize::MAX lanes: an empty plan (launches are refused by the length checks).
+        let huge = CopyPlan::new(vec![isize::MAX as usize], 4, plan.segments().to_vec()).unwrap();
+        let (p, _) = lane_plan(&huge, DType::Complex64);
+        assert!(p.segments().is_empty() && p.source_lens().is_empty());
     }
 }

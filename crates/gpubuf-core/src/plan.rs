@@ -97,6 +97,17 @@ impl CopyPlan {
         Ok(CopyPlan { source_lens, buffer_len, segments, negates, scatter_check: OnceLock::new() })
     }
 
+    /// A plan with no source, no buffer and no segment.
+    pub(crate) fn empty() -> Self {
+        CopyPlan {
+            source_lens: Vec::new(),
+            buffer_len: 0,
+            segments: Vec::new(),
+            negates: false,
+            scatter_check: OnceLock::new(),
+        }
+    }
+
     /// The segments, in the order given.
     pub fn segments(&self) -> &[Segment] {
         &self.segments

@@ -35,6 +35,9 @@ pub(crate) struct Inner {
     pub(crate) user_programs: UserPrograms,
     staging: Mutex<Option<Staging>>,
     default_stream: CudaStream,
+    /// The fork generation the device was opened in (`gpubuf_core::process`): a forked
+    /// child is refused before it calls the driver.
+    forks: u64,
 }
 
 impl std::fmt::Debug for CudaBackend {
@@ -61,6 +64,7 @@ impl CudaBackend {
     /// # Errors
     /// As [`CudaBackend::new`]; [`Error::InvalidArgument`] for an ordinal past the devices.
     pub fn with_ordinal(ordinal: usize) -> Result<Self> {
+        let forks = gpubuf_core::process::generation();
         driver_available()?;
         let n = CudaContext::device_count().map_err(|e| driver(e, "cuDeviceGetCount"))?;
         if ordinal >= n.max(0) as usize {
@@ -91,12 +95,16 @@ impl CudaBackend {
                 user_programs: UserPrograms::default(),
                 staging: Mutex::new(None),
                 default_stream,
+                forks,
             }),
         })
     }
 
-    /// Binds the context to the calling thread (every driver call needs it current).
+    /// Binds the context to the calling thread (every driver call needs it current);
+    /// refused in a child forked after the device was opened (the driver's state did not
+    /// survive the fork: [`gpubuf_core::process`]).
     pub(crate) fn bind(&self) -> Result<()> {
+        gpubuf_core::process::check_same_process(BackendKind::Cuda, self.inner.forks)?;
         self.inner.ctx.bind_to_thread().map_err(|e| driver(e, "cuCtxSetCurrent"))
     }
 
@@ -224,6 +232,7 @@ impl Allocator for CudaBackend {
     }
 
     fn memory_info(&self) -> Option<MemoryInfo> {
+        self.bind().ok()?;
         let (free, total) = self.inner.ctx.mem_get_info().ok()?;
         Some(MemoryInfo { free: free as u64, total: total as u64 })
     }
@@ -252,6 +261,7 @@ impl Backend for CudaBackend {
     }
 
     fn new_stream(&self) -> Result<CudaStream> {
+        self.bind()?;
         new_stream(&self.inner.ctx, &self.inner.streams)
     }
 

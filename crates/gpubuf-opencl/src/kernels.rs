@@ -245,7 +245,7 @@ impl Kernels for OpenClBackend {
         self.same_process()?;
         let mut parts = Vec::new();
         // A complex element runs as its float lanes (the launch uses `dtype.lane()`).
-        let (exec, _) = gpubuf_core::lane_plan(plan, dtype)?;
+        let (exec, _) = gpubuf_core::lane_plan(plan, dtype);
         for (sources, sub) in exec.split_by_source(self.max_slots())? {
             let program = self.program(sources.len().next_power_of_two())?;
             let too_big = || Error::plan(format!("{} elements exceed one launch", sub.total()));

@@ -223,7 +223,9 @@ fn launches_never_panic<B: Kernels>(b: &B) -> Result<()> {
                 };
                 let (sl, bl) = (pick(so, sk, sl, src_len), pick(bo, bk, bl, buf_len));
                 let holds = |o: usize, l: usize, elems: usize| {
-                    fits(o, l, 64) && (elems as u128) * (w as u128) <= l as u128 && o % w == 0
+                    // Kernels move lanes: a complex element is aligned as its float lane.
+                    let align = dtype.lane().size();
+                    fits(o, l, 64) && (elems as u128) * (w as u128) <= l as u128 && o % align == 0
                 };
                 let ok = holds(so, sl, src_len)
                     && holds(bo, bl, buf_len)

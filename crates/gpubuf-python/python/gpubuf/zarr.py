@@ -415,8 +415,11 @@ def _make(backend, by_name=False):
 def register(backend="cpu"):
     """Registers the classes of ``buffer_prototype(backend)`` with zarr's buffer and
     ndbuffer registries, under their names (``gpubuf.zarr.OpenclBuffer`` and
-    ``gpubuf.zarr.OpenclNDBuffer`` for ``"opencl"``), and returns the ``zarr.config``
-    entries that name them: ``{"buffer": ..., "ndbuffer": ...}``. ``backend`` is a name
+    ``gpubuf.zarr.OpenclNDBuffer`` for ``"opencl"``) and gpubuf's codec pipeline
+    (``gpubuf.zarr_pipeline.CodecPipeline``: zarr's, with v2 chunks in device memory read
+    to the host before numcodecs encodes them), and returns the ``zarr.config`` entries
+    that name them: ``{"buffer": ..., "ndbuffer": ..., "codec_pipeline.path": ...}``.
+    ``backend`` is a name
     (``"cpu"``, ``"opencl"``, ``"cuda"``): zarr finds classes by name, in other processes
     too. Raises as ``buffer_prototype``, and ``InvalidArgumentError`` for a
     ``gpubuf.Backend`` object."""
@@ -424,16 +427,24 @@ def register(backend="cpu"):
         raise InvalidArgumentError(
             f"zarr names its buffer classes: give a backend name, not {type(backend).__name__}"
         )
-    from zarr.registry import fully_qualified_name, register_buffer, register_ndbuffer
+    from zarr.registry import fully_qualified_name, register_buffer, register_ndbuffer, register_pipeline
+
+    from .zarr_pipeline import CodecPipeline
 
     proto = buffer_prototype(backend)
     register_buffer(proto.buffer)
     register_ndbuffer(proto.nd_buffer)
-    return {"buffer": fully_qualified_name(proto.buffer), "ndbuffer": fully_qualified_name(proto.nd_buffer)}
+    register_pipeline(CodecPipeline)
+    return {
+        "buffer": fully_qualified_name(proto.buffer),
+        "ndbuffer": fully_qualified_name(proto.nd_buffer),
+        "codec_pipeline.path": fully_qualified_name(CodecPipeline),
+    }
 
 
 def enable(backend="cpu"):
-    """Makes gpubuf's classes on ``backend`` zarr's default buffer and ndbuffer, as
+    """Makes gpubuf's classes on ``backend`` zarr's default buffer and ndbuffer (and
+    gpubuf's codec pipeline zarr's pipeline, see ``register``), as
     ``zarr.config.enable_gpu()`` does for CuPy: every read without ``prototype=`` then
     returns ``gpubuf.NDBuffer`` arrays on that device. Returns zarr's ``ConfigSet``, so
     ``with gpubuf.zarr.enable("opencl"): ...`` restores the previous classes on leaving.
