@@ -382,8 +382,9 @@ pub fn check_plan_args<M: DeviceMemory>(
     arrays: &[MemRef<'_, M>],
     buffer: MemRef<'_, M>,
 ) -> Result<()> {
-    // Kernels move lanes: a complex element needs the alignment of its float lane only.
-    let (size, align) = (dtype.size(), dtype.lane().size());
+    // Kernels move elements of at most 8 bytes (a complex128 as two float lanes), so an
+    // element is aligned to its size, at most 8 bytes.
+    let (size, align) = (dtype.size(), dtype.size().min(8));
     if plan.negates() && !dtype.negatable() {
         return Err(Error::invalid(format!("the plan negates, and {dtype} has no negation")));
     }

@@ -63,9 +63,11 @@ impl CopyPlan {
     }
 }
 
-/// The plan a kernel runs for elements of `dtype`, and the lane type it runs it with:
-/// `plan` and `dtype` themselves, or for a complex dtype the plan over its float lanes
-/// ([`CopyPlan::split_lanes`]).
+/// The plan a kernel runs for elements of `dtype`, and the element type it runs it with:
+/// `plan` and `dtype` themselves for a real type; for a complex64 plan that negates
+/// nothing, `plan` itself moved as `uint64` (one 8-byte move an element); for any other
+/// complex plan, the plan over its float lanes ([`CopyPlan::split_lanes`]), whose negation
+/// negates each lane.
 ///
 /// A plan whose lanes pass `isize::MAX` (declared lengths of more than `isize::MAX / 2`
 /// complex elements) gives an empty lane plan: no memory holds such a source or buffer,
@@ -75,6 +77,9 @@ impl CopyPlan {
 pub fn lane_plan(plan: &CopyPlan, dtype: DType) -> (Cow<'_, CopyPlan>, DType) {
     if dtype.lanes() == 1 {
         return (Cow::Borrowed(plan), dtype);
+    }
+    if dtype == DType::Complex64 && !plan.negates() {
+        return (Cow::Borrowed(plan), DType::U64);
     }
     let lanes = plan.split_lanes(dtype.lanes()).unwrap_or_else(|_| CopyPlan::empty());
     (Cow::Owned(lanes), dtype.lane())
@@ -143,9 +148,16 @@ mod tests {
         assert_eq!(d, DType::F64);
         let (p, d) = lane_plan(&plan, DType::Complex128);
         assert_eq!((p.buffer_len(), d), (8, DType::F64));
+        // complex64 moves as one 8-byte word unless the plan negates.
+        let (p, d) = lane_plan(&plan, DType::Complex64);
+        assert!(matches!(p, Cow::Borrowed(_)));
+        assert_eq!(d, DType::U64);
+        let negating = CopyPlan::new(vec![4], 4, vec![plan.segments()[0].negated(true)]).unwrap();
+        let (p, d) = lane_plan(&negating, DType::Complex64);
+        assert_eq!((p.buffer_len(), d), (8, DType::F32));
         // Past isize::MAX lanes: an empty plan (launches are refused by the length checks).
         let huge = CopyPlan::new(vec![isize::MAX as usize], 4, plan.segments().to_vec()).unwrap();
-        let (p, _) = lane_plan(&huge, DType::Complex64);
+        let (p, _) = lane_plan(&huge, DType::Complex128);
         assert!(p.segments().is_empty() && p.source_lens().is_empty());
     }
 }

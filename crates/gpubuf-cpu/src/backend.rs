@@ -47,16 +47,16 @@ pub struct CpuEvent;
 pub struct CpuPlan {
     plan: CopyPlan,
     dtype: DType,
+    /// The plan over lanes, when the kernels run one (`gpubuf_core::lane_plan`).
     lanes: Option<CopyPlan>,
+    /// The element type the kernels run with.
+    exec: DType,
 }
 
 impl CpuPlan {
     /// The plan the kernels run and the element type they run it with.
     fn exec(&self) -> (&CopyPlan, DType) {
-        match &self.lanes {
-            Some(p) => (p, self.dtype.lane()),
-            None => (&self.plan, self.dtype),
-        }
+        (self.lanes.as_ref().unwrap_or(&self.plan), self.exec)
     }
 }
 
@@ -253,12 +253,12 @@ impl Kernels for CpuBackend {
     type Plan = CpuPlan;
 
     fn prepare(&self, plan: &CopyPlan, dtype: DType) -> Result<CpuPlan> {
-        let (exec, _) = gpubuf_core::lane_plan(plan, dtype);
-        let lanes = match exec {
+        let (lanes, exec) = gpubuf_core::lane_plan(plan, dtype);
+        let lanes = match lanes {
             std::borrow::Cow::Owned(p) => Some(p),
             std::borrow::Cow::Borrowed(_) => None,
         };
-        Ok(CpuPlan { plan: plan.clone(), dtype, lanes })
+        Ok(CpuPlan { plan: plan.clone(), dtype, lanes, exec })
     }
 
     fn gather(

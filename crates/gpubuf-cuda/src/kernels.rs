@@ -113,6 +113,8 @@ impl CudaBackend {
 pub struct CudaPlan {
     plan: CopyPlan,
     dtype: DType,
+    /// The element type the kernels run with (`gpubuf_core::lane_plan`).
+    exec: DType,
     module: Option<Arc<PlanModule>>,
     parts: Vec<Part>,
 }
@@ -166,9 +168,9 @@ impl Kernels for CudaBackend {
 
     fn prepare(&self, plan: &CopyPlan, dtype: DType) -> Result<CudaPlan> {
         let mut parts = Vec::new();
-        // A complex element runs as its float lanes (the launch uses `dtype.lane()`).
-        let (exec, _) = gpubuf_core::lane_plan(plan, dtype);
-        for (sources, sub) in exec.split_by_source(MAX_SOURCES)? {
+        // A complex element runs as a word or as its float lanes (`lane_plan`).
+        let (lanes, exec) = gpubuf_core::lane_plan(plan, dtype);
+        for (sources, sub) in lanes.split_by_source(MAX_SOURCES)? {
             let enc = encode_blocks(&sub, BlockShape::new(BLOCK_ELEMS));
             if enc.blocks() == 0 {
                 continue;
@@ -187,7 +189,7 @@ impl Kernels for CudaBackend {
             });
         }
         let module = if parts.is_empty() { None } else { Some(self.module()?) };
-        Ok(CudaPlan { plan: plan.clone(), dtype, module, parts })
+        Ok(CudaPlan { plan: plan.clone(), dtype, exec, module, parts })
     }
 
     fn gather(
@@ -236,8 +238,8 @@ impl CudaBackend {
             self.use_on(stream, &part.segs)?;
             self.use_on(stream, &part.groups)?;
         }
-        // The tables are over lanes (`prepare`): a complex element is two float lanes.
-        let lane = plan.dtype.lane();
+        // The tables are over the elements the kernels move (`prepare`).
+        let lane = plan.exec;
         let w = lane.size().trailing_zeros() as usize;
         let f = if gather { module.gather[w] } else { module.scatter[w] };
         for part in &plan.parts {

@@ -196,6 +196,8 @@ impl OpenClBackend {
 pub struct ClPlan {
     plan: CopyPlan,
     dtype: DType,
+    /// The element type the kernels run with (`gpubuf_core::lane_plan`).
+    exec: DType,
     parts: Vec<Part>,
 }
 
@@ -244,9 +246,9 @@ impl Kernels for OpenClBackend {
     fn prepare(&self, plan: &CopyPlan, dtype: DType) -> Result<ClPlan> {
         self.same_process()?;
         let mut parts = Vec::new();
-        // A complex element runs as its float lanes (the launch uses `dtype.lane()`).
-        let (exec, _) = gpubuf_core::lane_plan(plan, dtype);
-        for (sources, sub) in exec.split_by_source(self.max_slots())? {
+        // A complex element runs as a word or as its float lanes (`lane_plan`).
+        let (lanes, exec) = gpubuf_core::lane_plan(plan, dtype);
+        for (sources, sub) in lanes.split_by_source(self.max_slots())? {
             let program = self.program(sources.len().next_power_of_two())?;
             let too_big = || Error::plan(format!("{} elements exceed one launch", sub.total()));
             let (nseg, segments, index, total, global) = match program.kernel {
@@ -283,7 +285,7 @@ impl Kernels for OpenClBackend {
                 offsets: Mutex::new((Vec::new(), None)),
             });
         }
-        Ok(ClPlan { plan: plan.clone(), dtype, parts })
+        Ok(ClPlan { plan: plan.clone(), dtype, exec, parts })
     }
 
     fn gather(
@@ -339,8 +341,8 @@ impl OpenClBackend {
         for a in arrays {
             self.own_memory(a.memory)?;
         }
-        // The tables are over lanes (`prepare`): a complex element is two float lanes.
-        let lane = plan.dtype.lane();
+        // The tables are over the elements the kernels move (`prepare`).
+        let lane = plan.exec;
         let size = lane.size();
         let w = width_index(lane);
         let is_float = i32::from(lane.is_float());

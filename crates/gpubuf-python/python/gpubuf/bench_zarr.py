@@ -17,16 +17,6 @@ SHAPE, CHUNKS, SHARDS = (4096, 4096), (512, 1024), (1024, 2048)
 QUICK_SHAPE, QUICK_CHUNKS, QUICK_SHARDS = (1024, 1024), (256, 256), (512, 512)
 
 
-class _Times:
-    def __init__(self):
-        self.times = {}
-
-    def add(self, key, seconds):
-        self.times.setdefault(key, []).append(seconds)
-
-    def gbps(self, key, nbytes):
-        return nbytes / float(np.median(self.times[key])) / 1e9
-
 
 def _data(shape):
     y, x = np.meshgrid(np.linspace(0, 40, shape[0]), np.linspace(0, 30, shape[1]), indexing="ij")
@@ -51,7 +41,7 @@ def _case(backend, tmp, name, shards, reps, quick):
     cpu = backend.name == "cpu"
     value = np.ascontiguousarray(data[sel] + 1)
     dev_value = NDBuffer.from_numpy(value, backend)
-    t = _Times()
+    times = {}  # key: seconds of each timed round
 
     def zarr_default():
         # zarr's default prototype into numpy, then uploaded; from the device array
@@ -83,14 +73,15 @@ def _case(backend, tmp, name, shards, reps, quick):
         for key, run in order if rnd % 2 else order[::-1]:
             read, write = run()
             if rnd >= 2:
-                t.add(f"read_{key}", read)
-                t.add(f"write_{key}", write)
+                times.setdefault(f"read_{key}", []).append(read)
+                times.setdefault(f"write_{key}", []).append(write)
     got = z.get_basic_selection(sel)
     if not np.array_equal(got, value):
         raise RuntimeError(f"zarr bench {name}: the region read back differs from what was written")
+    gbps = {k: nbytes / float(np.median(v)) / 1e9 for k, v in times.items()}
     return (
-        _entry(f"{name}/read_gbps", t.gbps("read_gpubuf", nbytes), t.gbps("read_base", nbytes)),
-        _entry(f"{name}/write_gbps", t.gbps("write_gpubuf", nbytes), t.gbps("write_base", nbytes)),
+        _entry(f"{name}/read_gbps", gbps["read_gpubuf"], gbps["read_base"]),
+        _entry(f"{name}/write_gbps", gbps["write_gpubuf"], gbps["write_base"]),
     )
 
 
