@@ -4,6 +4,11 @@
 use crate::{CopyPlan, DType, Error, Result, Segment, MAX_DIMS};
 use std::borrow::Cow;
 
+/// Most segments [`CopyPlan::split_lanes`] makes by splitting five-axis boxes (each moves
+/// at least 8 elements): past it the split is refused rather than built, so a declared
+/// plan cannot make it allocate without bound.
+pub const MAX_SPLIT_SEGMENTS: usize = 1 << 24;
+
 impl CopyPlan {
     /// The same movement with each element split into `lanes` consecutive lanes: offsets,
     /// strides and lengths scaled by `lanes`, and an innermost axis of `lanes` lanes
@@ -15,7 +20,8 @@ impl CopyPlan {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] when `lanes` is 0; [`Error::InvalidPlan`] when a scaled
-    /// length or index passes `isize::MAX`.
+    /// length or index passes `isize::MAX`, or when the split would make more than
+    /// [`MAX_SPLIT_SEGMENTS`] segments (copy such a view to a contiguous array first).
     pub fn split_lanes(&self, lanes: usize) -> Result<CopyPlan> {
         if lanes == 0 {
             return Err(Error::invalid("an element has at least one lane"));
@@ -29,6 +35,7 @@ impl CopyPlan {
         let lanes_i = isize::try_from(lanes).map_err(|_| too_long())?;
         let source_lens = self.source_lens().iter().map(|&n| scale(n)).collect::<Result<Vec<_>>>()?;
         let mut segments = Vec::with_capacity(self.segments().len());
+        let mut split = 0usize;
         for s in self.segments().iter().filter(|s| !s.is_empty()) {
             // The axes in use (extent above 1), outermost first, strides in lanes.
             let mut dims = Vec::with_capacity(MAX_DIMS + 1);
@@ -48,6 +55,13 @@ impl CopyPlan {
             }
             // Five axes: one segment per index of the outermost.
             let (n0, s0) = dims[0];
+            split = split.saturating_add(n0);
+            if split > MAX_SPLIT_SEGMENTS {
+                return Err(Error::plan(format!(
+                    "splitting the plan into lanes takes more than {MAX_SPLIT_SEGMENTS} segments: copy \
+                     the strided view to a contiguous array first"
+                )));
+            }
             let inner = &dims[1..];
             let step = inner.iter().try_fold(1usize, |a, &(e, _)| a.checked_mul(e)).ok_or_else(too_long)?;
             for i in 0..n0 {
@@ -74,15 +88,23 @@ impl CopyPlan {
 /// so [`crate::check_plan_args`] refuses every launch of it with
 /// [`Error::OutOfBounds`] before a kernel runs, as it refuses the same lengths of a real
 /// type; preparing it succeeds, as it does for a real type.
-pub fn lane_plan(plan: &CopyPlan, dtype: DType) -> (Cow<'_, CopyPlan>, DType) {
+///
+/// # Errors
+/// [`Error::InvalidPlan`] when the lane split would take more than
+/// [`MAX_SPLIT_SEGMENTS`] segments.
+pub fn lane_plan(plan: &CopyPlan, dtype: DType) -> Result<(Cow<'_, CopyPlan>, DType)> {
     if dtype.lanes() == 1 {
-        return (Cow::Borrowed(plan), dtype);
+        return Ok((Cow::Borrowed(plan), dtype));
     }
     if dtype == DType::Complex64 && !plan.negates() {
-        return (Cow::Borrowed(plan), DType::U64);
+        return Ok((Cow::Borrowed(plan), DType::U64));
     }
-    let lanes = plan.split_lanes(dtype.lanes()).unwrap_or_else(|_| CopyPlan::empty());
-    (Cow::Owned(lanes), dtype.lane())
+    // Lengths past isize::MAX lanes: no launch can pass the length checks.
+    let max = isize::MAX as usize / dtype.lanes();
+    if plan.buffer_len() > max || plan.source_lens().iter().any(|&n| n > max) {
+        return Ok((Cow::Owned(CopyPlan::empty()), dtype.lane()));
+    }
+    Ok((Cow::Owned(plan.split_lanes(dtype.lanes())?), dtype.lane()))
 }
 
 #[cfg(test)]
@@ -138,26 +160,36 @@ mod tests {
         assert_eq!(plan.split_lanes(1).unwrap(), plan);
         let huge = CopyPlan::new(vec![isize::MAX as usize], 1, vec![]).unwrap();
         assert!(matches!(huge.split_lanes(2), Err(Error::InvalidPlan(_))));
+        // A declared box of 2^40 five-axis splits is refused at once, not built.
+        let outer = 1usize << 40;
+        let seg = Segment::new(0, 0, &[(outer, 64), (2, 16), (2, 4), (2, 2)], 0).unwrap();
+        let plan = CopyPlan::new(vec![outer * 64], outer * 8, vec![seg]).unwrap();
+        assert!(matches!(plan.split_lanes(2), Err(Error::InvalidPlan(_))));
+        assert!(matches!(lane_plan(&plan, DType::Complex128), Err(Error::InvalidPlan(_))));
+        // Under the bound it splits.
+        let seg = Segment::new(0, 0, &[(5, 64), (2, 16), (2, 4), (2, 2)], 0).unwrap();
+        let plan = CopyPlan::new(vec![320], 40, vec![seg]).unwrap();
+        assert_eq!(plan.split_lanes(2).unwrap().segments().len(), 5);
     }
 
     #[test]
     fn lane_plan_borrows_for_real_types() {
         let plan = CopyPlan::new(vec![4], 4, vec![Segment::new(0, 0, &[(4, 1)], 0).unwrap()]).unwrap();
-        let (p, d) = lane_plan(&plan, DType::F64);
+        let (p, d) = lane_plan(&plan, DType::F64).unwrap();
         assert!(matches!(p, Cow::Borrowed(_)));
         assert_eq!(d, DType::F64);
-        let (p, d) = lane_plan(&plan, DType::Complex128);
+        let (p, d) = lane_plan(&plan, DType::Complex128).unwrap();
         assert_eq!((p.buffer_len(), d), (8, DType::F64));
         // complex64 moves as one 8-byte word unless the plan negates.
-        let (p, d) = lane_plan(&plan, DType::Complex64);
+        let (p, d) = lane_plan(&plan, DType::Complex64).unwrap();
         assert!(matches!(p, Cow::Borrowed(_)));
         assert_eq!(d, DType::U64);
         let negating = CopyPlan::new(vec![4], 4, vec![plan.segments()[0].negated(true)]).unwrap();
-        let (p, d) = lane_plan(&negating, DType::Complex64);
+        let (p, d) = lane_plan(&negating, DType::Complex64).unwrap();
         assert_eq!((p.buffer_len(), d), (8, DType::F32));
         // Past isize::MAX lanes: an empty plan (launches are refused by the length checks).
         let huge = CopyPlan::new(vec![isize::MAX as usize], 4, plan.segments().to_vec()).unwrap();
-        let (p, _) = lane_plan(&huge, DType::Complex128);
+        let (p, _) = lane_plan(&huge, DType::Complex128).unwrap();
         assert!(p.segments().is_empty() && p.source_lens().is_empty());
     }
 }

@@ -39,7 +39,7 @@ pub use backend::{
 };
 pub use dtype::{Bool, Complex, DType, Element};
 pub use error::{Error, PoolStats, Result};
-pub use lanes::lane_plan;
+pub use lanes::{lane_plan, MAX_SPLIT_SEGMENTS};
 pub use layout::{checked_size, Layout, Order};
 pub use plan::CopyPlan;
 pub use segment::{Segment, MAX_DIMS};

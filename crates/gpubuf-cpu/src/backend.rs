@@ -253,7 +253,7 @@ impl Kernels for CpuBackend {
     type Plan = CpuPlan;
 
     fn prepare(&self, plan: &CopyPlan, dtype: DType) -> Result<CpuPlan> {
-        let (lanes, exec) = gpubuf_core::lane_plan(plan, dtype);
+        let (lanes, exec) = gpubuf_core::lane_plan(plan, dtype)?;
         let lanes = match lanes {
             std::borrow::Cow::Owned(p) => Some(p),
             std::borrow::Cow::Borrowed(_) => None,

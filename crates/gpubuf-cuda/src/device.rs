@@ -9,6 +9,9 @@ use std::ffi::c_int;
 /// Environment variable selecting the CUDA device by ordinal (default 0).
 pub const DEVICE_ENV: &str = "GPUBUF_CUDA_DEVICE";
 
+/// The fork generation the driver was first initialised in.
+static FIRST_INIT: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+
 /// Checks that libcuda can be loaded and initialised, before any other cudarc call
 /// (cudarc panics when a library it needs is missing).
 ///
@@ -19,8 +22,16 @@ pub fn driver_available() -> Result<()> {
     if !unsafe { cudarc::driver::sys::is_culib_present() } {
         return Err(unavailable("the CUDA driver library (libcuda.so) is not installed"));
     }
+    // The driver's state is made once a process: a child forked after that inherits it
+    // unusable, so it is refused before it calls the driver (`gpubuf_core::process`).
+    if let Some(&first) = FIRST_INIT.get() {
+        gpubuf_core::process::check_same_process(BackendKind::Cuda, first)?;
+    }
     match result::init() {
-        Ok(()) => Ok(()),
+        Ok(()) => {
+            FIRST_INIT.get_or_init(gpubuf_core::process::generation);
+            Ok(())
+        }
         Err(e) if e.0 == CUresult::CUDA_ERROR_NO_DEVICE => {
             Err(unavailable("the CUDA driver found no device"))
         }

@@ -169,7 +169,7 @@ impl Kernels for CudaBackend {
     fn prepare(&self, plan: &CopyPlan, dtype: DType) -> Result<CudaPlan> {
         let mut parts = Vec::new();
         // A complex element runs as a word or as its float lanes (`lane_plan`).
-        let (lanes, exec) = gpubuf_core::lane_plan(plan, dtype);
+        let (lanes, exec) = gpubuf_core::lane_plan(plan, dtype)?;
         for (sources, sub) in lanes.split_by_source(MAX_SOURCES)? {
             let enc = encode_blocks(&sub, BlockShape::new(BLOCK_ELEMS));
             if enc.blocks() == 0 {

@@ -247,7 +247,7 @@ impl Kernels for OpenClBackend {
         self.same_process()?;
         let mut parts = Vec::new();
         // A complex element runs as a word or as its float lanes (`lane_plan`).
-        let (lanes, exec) = gpubuf_core::lane_plan(plan, dtype);
+        let (lanes, exec) = gpubuf_core::lane_plan(plan, dtype)?;
         for (sources, sub) in lanes.split_by_source(self.max_slots())? {
             let program = self.program(sources.len().next_power_of_two())?;
             let too_big = || Error::plan(format!("{} elements exceed one launch", sub.total()));

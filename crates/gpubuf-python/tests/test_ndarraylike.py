@@ -1,6 +1,6 @@
 """What numpy code and zarr call on a gpubuf.NDBuffer besides moving data: elementwise
 comparisons, all/any, astype, reshape and ravel orders, flags, tobytes; the bool dtype;
-and a forked child's clear error on OpenCL. Every result is compared with numpy's."""
+and a forked child's clear error on OpenCL and CUDA. Every result is compared with numpy's."""
 
 import os
 import sys
@@ -167,11 +167,16 @@ def test_arrays_are_unhashable_as_numpys():
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork here")
-def test_a_forked_child_gets_an_error_not_a_hang():
+@pytest.mark.parametrize("name", ["opencl", "cuda"])
+def test_a_forked_child_gets_an_error_not_a_hang(name):
+    """A child forked after a device backend was used: every use of the inherited array or
+    backend, and opening the backend again, raises saying so; the CPU backend works."""
     try:
-        ocl = gpubuf.Backend("opencl")
+        ocl = gpubuf.Backend(name)
     except gpubuf.BackendUnavailableError as e:
-        pytest.skip(f"opencl unavailable: {e.reason}")
+        if name in os.environ.get("GPUBUF_REQUIRE", "").split(","):
+            pytest.fail(f"{name} is required (GPUBUF_REQUIRE) but unavailable: {e}")
+        pytest.skip(f"{name} unavailable: {e.reason}")
     a = arr(np.arange(1000.0), ocl)
     assert float(a[::7].copy().to_numpy()[2]) == 14.0  # the driver's threads are running
     r, w = os.pipe()
@@ -179,7 +184,7 @@ def test_a_forked_child_gets_an_error_not_a_hang():
     if pid == 0:  # the child: report, never return into pytest
         code = 0
         try:
-            for use in (lambda: a.to_numpy(), lambda: arr(np.zeros(2), ocl), lambda: gpubuf.Backend("opencl")):
+            for use in (lambda: a.to_numpy(), lambda: arr(np.zeros(2), ocl), lambda: gpubuf.Backend(name)):
                 try:
                     use()
                     code |= 1
