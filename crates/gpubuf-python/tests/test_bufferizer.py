@@ -163,7 +163,8 @@ def test_hostile_construction(backend):
     with pytest.raises(gpubuf.InvalidArgumentError):
         gpubuf.Bufferizer((2,), 4, "float32", backend, flush_hook=3)
     for dtype, value in (("uint8", 300), ("uint8", -1), ("int32", 2**31), ("float16", 1e5),
-                         ("float32", 1e300), ("int64", 1.5)):
+                         ("float32", 1e300), ("int64", 1.5), ("complex64", 1e300 + 1j),
+                         ("complex64", complex(1, 1e300)), ("complex128", "1+2j")):
         b = gpubuf.Bufferizer((2,), 4, dtype, backend)
         b.append_one(np.ones(2, dtype))
         with pytest.raises(gpubuf.InvalidArgumentError):
@@ -172,6 +173,12 @@ def test_hostile_construction(backend):
     b = gpubuf.Bufferizer((2,), 4, "float16", backend)
     b.flush(float("inf"))
     assert np.isinf(b.buffer.to_numpy()).all()
+    for dtype in ("complex64", "complex128"):  # complex flush values, real ones widened
+        for value, want in ((5 - 6j, 5 - 6j), (np.float32(2.5), 2.5 + 0j), (np.complex128(-1j), -1j)):
+            b = gpubuf.Bufferizer((2,), 3, dtype, backend)
+            b.flush(value)
+            got = b.buffer.to_numpy()
+            assert got.dtype == np.dtype(dtype) and (got == want).all()
 
 
 def test_zero_length_elements(backend):

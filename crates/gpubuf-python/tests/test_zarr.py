@@ -265,6 +265,12 @@ def test_all_equal_follows_zarr(backend):
     assert not N.from_numpy_array(np.full(3, -0.0)).all_equal(0.0)
     assert N.from_numpy_array(np.array([1, 1], np.int32)).all_equal(1)
     assert N.create(shape=(0,), dtype="float32").all_equal(5.0)
+    # The first element is checked first; the rest still decides when it matches.
+    last = np.zeros((3, 4))
+    last[2, 3] = 1
+    assert not N.from_numpy_array(last).all_equal(0) and N.from_numpy_array(last)[:2].all_equal(0)
+    assert not N.from_numpy_array(last)[::-1, ::-1].all_equal(0)
+    assert N.from_numpy_array(last)[::-1, ::-1].all_equal(0) is False
 
 
 def test_native_indexing(backend):
