@@ -76,9 +76,19 @@ impl OpenClBackend {
     /// # Errors
     /// Driver errors creating the context or queue.
     pub fn from_entry(entry: ClDeviceEntry) -> Result<Self> {
-        let forks = gpubuf_core::process::generation();
         let context = Context::from_device(&entry.device).map_err(|e| cl(e, "clCreateContext"))?;
         let default_stream = new_queue(&context)?;
+        Self::from_parts(entry, context, default_stream)
+    }
+
+    /// A backend over `context` (holding its own reference to it) whose default stream is
+    /// `default_stream`, a queue of that context on `entry`'s device.
+    pub(crate) fn from_parts(
+        entry: ClDeviceEntry,
+        context: Context,
+        default_stream: ClStream,
+    ) -> Result<Self> {
+        let forks = gpubuf_core::process::generation();
         let max_alloc =
             entry.device.max_mem_alloc_size().map_err(|e| cl(e, "CL_DEVICE_MAX_MEM_ALLOC_SIZE"))?;
         let max_param = entry.device.max_parameter_size().unwrap_or(256);

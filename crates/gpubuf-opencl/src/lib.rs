@@ -28,6 +28,7 @@
 mod backend;
 mod device;
 mod error;
+mod foreign;
 pub mod interop;
 mod kernels;
 mod memory;

@@ -19,6 +19,10 @@ pub(crate) struct Segment<M> {
     pub(crate) large: bool,
 }
 
+/// `min_split` of [`Arena::take`] for pools of whole blocks: never split, take only a free
+/// block of the very size asked for.
+pub(crate) const EXACT: usize = usize::MAX;
+
 /// A block handed out: which segment, where, how big.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Taken {
@@ -125,7 +129,8 @@ impl<M> Arena<M> {
 
     /// A block of exactly `size` bytes for a request in `bin`, usable on stream `tag`,
     /// from the quick list or by best fit (splitting off the remainder when it is at least
-    /// `min_split`). Pending free blocks count only as their last [`Arena::flush_quick`]
+    /// `min_split`; with `min_split` [`EXACT`], only a free block of exactly `size` bytes
+    /// is taken). Pending free blocks count only as their last [`Arena::flush_quick`]
     /// found them.
     pub(crate) fn take(
         &mut self,
@@ -144,6 +149,9 @@ impl<M> Arena<M> {
             }
         }
         let (seg, offset) = self.free.best_fit(size, large, tag)?;
+        if min_split == EXACT && self.free.size_at(seg, offset) != Some(size) {
+            return None;
+        }
         let f = self.free.remove(seg, offset)?;
         let bsize = f.size;
         let mut given = bsize;

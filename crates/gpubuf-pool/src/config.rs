@@ -41,6 +41,12 @@ pub struct PoolConfig {
     pub large_round: usize,
     /// Freed blocks kept unmerged per size class for the fastest reuse.
     pub quick_per_bin: usize,
+    /// pyopencl's layout: every block is an allocation of its own, of exactly its size
+    /// class's block size, handed out again only for requests of that size class (never
+    /// split, never carved from a shared segment; `small_max`, `small_segment` and
+    /// `large_round` are ignored). A block then starts its allocation, so a foreign
+    /// library can take the allocation's handle for the block.
+    pub whole_blocks: bool,
 }
 
 impl Default for PoolConfig {
@@ -56,6 +62,7 @@ impl Default for PoolConfig {
             small_segment: 2 << 20,
             large_round: 2 << 20,
             quick_per_bin: 8,
+            whole_blocks: false,
         }
     }
 }

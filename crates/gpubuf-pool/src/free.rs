@@ -105,6 +105,11 @@ impl FreeSet {
         pick.map(|(_, seg, o)| (seg, o))
     }
 
+    /// The size of the free block that starts at `(seg, offset)`, if any.
+    pub(crate) fn size_at(&self, seg: usize, offset: usize) -> Option<usize> {
+        self.blocks.get(&(seg, offset)).map(|f| f.size)
+    }
+
     /// The idle free block that starts at `(seg, offset)`, if any.
     pub(crate) fn idle_at(&self, seg: usize, offset: usize) -> Option<usize> {
         self.blocks.get(&(seg, offset)).filter(|f| f.events.is_empty()).map(|f| f.size)

@@ -1,6 +1,6 @@
 //! [`MemoryPool`]: allocation, the out-of-memory ladder and the limit.
 
-use crate::arena::Taken;
+use crate::arena::{Taken, EXACT};
 use crate::bins::{bin_of, block_size, GRANULE};
 use crate::block::{PooledBuffer, Streams};
 use crate::config::resolve_limit;
@@ -172,7 +172,9 @@ impl<A: Allocator> MemoryPool<A> {
         let bin = bin_of(bytes.max(1), bits);
         // A request whose block or segment size does not fit in a usize can never be met.
         let sizes = block_size(bytes, bits).and_then(|size| {
-            let seg = if size > cfg.small_max {
+            let seg = if cfg.whole_blocks {
+                size
+            } else if size > cfg.small_max {
                 size.checked_next_multiple_of(cfg.large_round)?
             } else {
                 cfg.small_segment.max(size)
@@ -182,8 +184,14 @@ impl<A: Allocator> MemoryPool<A> {
         let Some((size, seg_size)) = sizes else {
             return Err(self.out_of_memory(bytes, None));
         };
-        let large = size > cfg.small_max;
-        let min_split = if large { cfg.small_max.max(GRANULE) } else { GRANULE };
+        let large = cfg.whole_blocks || size > cfg.small_max;
+        let min_split = if cfg.whole_blocks {
+            EXACT
+        } else if large {
+            cfg.small_max.max(GRANULE)
+        } else {
+            GRANULE
+        };
         let tag = owner.as_ref().and_then(|s| s.owner.as_ref()).map(|o| o.key());
         let (reserved, freed) = {
             let mut st = self.shared.state.lock();

@@ -16,6 +16,10 @@ mod opencl;
 #[path = "interop/opencl_handles.rs"]
 mod opencl_handles;
 
+#[cfg(feature = "opencl")]
+#[path = "interop/opencl_shared.rs"]
+mod opencl_shared;
+
 #[cfg(feature = "cuda")]
 #[path = "interop/cuda.rs"]
 mod cuda;

@@ -343,7 +343,45 @@ fn pooled_buffers_return_on_last_drop<B: Kernels>(b: &B) -> Result<()> {
     Ok(())
 }
 
+/// `whole_blocks` (pyopencl's layout): every block is its own allocation of exactly its
+/// size class's block size, at offset 0, and a held block serves only its own class.
+fn whole_blocks_are_pyopencls_layout<B: Kernels>(b: &B) -> Result<()> {
+    let ops = prop::collection::vec((any::<bool>(), 0usize..(3 << 20), any::<prop::sample::Index>()), 1..60);
+    runner(16)
+        .run(&ops, |ops| {
+            let cfg = PoolConfig { whole_blocks: true, ..PoolConfig::default() };
+            let pool = MemoryPool::with_config(ImmediateAllocator(b.clone()), cfg)
+                .map_err(|e| TestCaseError::fail(e.to_string()))?;
+            let mut live = Vec::new();
+            for (alloc, size, pick) in ops {
+                if alloc || live.is_empty() {
+                    let blk = pool.allocate(size).map_err(|e| TestCaseError::fail(e.to_string()))?;
+                    let want = block_size(size, 4).unwrap_or_default();
+                    prop_assert_eq!((blk.offset(), blk.block_size()), (0, want));
+                    prop_assert_eq!(gpubuf::DeviceMemory::len(blk.memory()), want);
+                    live.push(blk);
+                } else {
+                    live.swap_remove(pick.index(live.len()));
+                }
+                check_stats(&pool, &live);
+            }
+            Ok(())
+        })
+        .map_err(|e| Error::invalid(e.to_string()))?;
+    let pool =
+        MemoryPool::with_config(b.clone(), PoolConfig { whole_blocks: true, ..PoolConfig::default() })?;
+    drop(pool.allocate(3 << 20)?);
+    let other = pool.allocate(1000)?; // another class: a new allocation, not a split
+    assert_eq!((other.offset(), other.block_size()), (0, block_size(1000, 4).unwrap_or_default()));
+    assert_eq!(pool.stats().hits, 0);
+    drop(other);
+    drop(pool.allocate(3 << 20)?);
+    assert_eq!(pool.stats().hits, 1, "the held block of the class served it");
+    Ok(())
+}
+
 backend_tests!(
+    whole_blocks_are_pyopencls_layout,
     stats_stay_consistent,
     padding_is_bounded,
     oom_ladder_frees_held_blocks,
