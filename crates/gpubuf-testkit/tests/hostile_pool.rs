@@ -152,9 +152,33 @@ fn config() -> impl Strategy<Value = PoolConfig> {
     let window = prop::sample::select(vec![0u32, 1, 2, 1024, u32::MAX - 1, u32::MAX]);
     let quick = prop::sample::select(vec![0usize, 1, 8, usize::MAX]);
     let ratio = prop_oneof![4 => prop::sample::select(vec![0.0, 0.2, 1e300, f64::INFINITY]), 1 => ratio()];
-    (bits, any::<bool>(), limit(), ratio, held, window, small_max, zero_or_seg.clone(), zero_or_seg, quick)
+    (
+        bits,
+        any::<bool>(),
+        limit(),
+        ratio,
+        held,
+        window,
+        small_max,
+        zero_or_seg.clone(),
+        zero_or_seg,
+        quick,
+        any::<bool>(),
+    )
         .prop_map(
-            |(bits, immediate, limit, ratio, held, window, small_max, small_seg, large_round, quick)| {
+            |(
+                bits,
+                immediate,
+                limit,
+                ratio,
+                held,
+                window,
+                small_max,
+                small_seg,
+                large_round,
+                quick,
+                whole,
+            )| {
                 PoolConfig {
                     leading_bits_in_bin_id: bits,
                     immediate,
@@ -166,6 +190,7 @@ fn config() -> impl Strategy<Value = PoolConfig> {
                     small_segment: small_seg,
                     large_round,
                     quick_per_bin: quick,
+                    whole_blocks: whole,
                 }
             },
         )
@@ -330,7 +355,9 @@ fn run_ops(cfg: PoolConfig, budget: usize, ops: Vec<Op>) -> std::result::Result<
     let probe = 1000;
     let bits = cfg.leading_bits_in_bin_id;
     let blk = block_size(probe, bits).unwrap_or(usize::MAX);
-    let seg = if blk > cfg.small_max {
+    let seg = if cfg.whole_blocks {
+        Some(blk)
+    } else if blk > cfg.small_max {
         blk.checked_next_multiple_of(cfg.large_round)
     } else {
         Some(cfg.small_segment.max(blk))
