@@ -49,6 +49,12 @@ impl ClMemory {
         self.buffer.get()
     }
 
+    /// The raw handle of the context the memory belongs to, as a number (to compare with
+    /// a backend's `context().get()`).
+    pub fn context_handle(&self) -> usize {
+        self.context
+    }
+
     /// Creates a read-write buffer of `len` bytes (lazily backed on some implementations).
     pub(crate) fn new(context: &Context, len: usize, max_alloc: u64) -> Result<Self> {
         if len as u64 > max_alloc {

@@ -38,3 +38,21 @@ pub fn axes_arg(obj: &Bound<'_, PyAny>, ndim: usize) -> PyResult<Vec<usize>> {
         .map(|a| usize::try_from(if a < 0 { a + n } else { a }).ok().filter(|&a| a < ndim).ok_or_else(bad))
         .collect()
 }
+
+/// A byte count from Python: an int in ``0..2**64`` that fits this machine.
+///
+/// # Errors
+/// `InvalidArgumentError` for anything else (a negative size among them).
+pub fn bytes_arg(obj: &Bound<'_, PyAny>) -> PyResult<usize> {
+    // The common case in one C call (the pool's hit path); anything else (negative, huge,
+    // not an int) takes the path that names it.
+    if let Ok(n) = obj.extract::<u64>() {
+        if let Ok(n) = usize::try_from(n) {
+            return Ok(n);
+        }
+    }
+    let n: i128 = obj.extract().map_err(|_| crate::errors::invalid("a size in bytes is an int"))?;
+    usize::try_from(n).map_err(|_| {
+        crate::errors::invalid(format!("size {n} is negative or above this machine's address space"))
+    })
+}

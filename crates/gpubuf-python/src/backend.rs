@@ -35,6 +35,26 @@ impl PyBackend {
         Ok(PyBackend { device })
     }
 
+    /// The OpenCL backend over a ``pyopencl.Context`` or ``pyopencl.CommandQueue``: the
+    /// same ``cl_context`` (no second context), and for a queue that queue as its default
+    /// stream (for a context, a new queue of gpubuf's). While such a backend is alive, the
+    /// same context and queue give it again. Memory of the two libraries then passes
+    /// between them without copies (``gpubuf.pyopencl``).
+    ///
+    /// Raises ``InvalidArgumentError`` for another object, an out-of-order queue or a
+    /// released one, ``BackendUnavailableError`` when gpubuf's OpenCL loader does not list
+    /// the device.
+    #[staticmethod]
+    fn from_pyopencl(py: Python<'_>, obj: &Bound<'_, PyAny>) -> PyResult<Self> {
+        match crate::pyopencl::device_of(py, obj)? {
+            Some(device) => Ok(PyBackend { device }),
+            None => Err(crate::errors::invalid(format!(
+                "Backend.from_pyopencl takes a pyopencl.Context or pyopencl.CommandQueue, not {}",
+                obj.get_type().name().map(|n| n.to_string()).unwrap_or_default()
+            ))),
+        }
+    }
+
     /// The backend's name: ``"cpu"``, ``"opencl"`` or ``"cuda"``.
     #[getter]
     fn name(&self) -> &'static str {

@@ -66,6 +66,7 @@ pub mod ndbuffer_ops;
 pub mod numpy_mem;
 pub mod pool;
 pub mod pooled_buffer;
+pub mod pyopencl;
 pub mod region;
 pub mod reshape;
 
@@ -85,6 +86,7 @@ fn gpubuf_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<bufferizer::PyBufferizer>()?;
     mirror::register(m)?;
     m.add_function(wrap_pyfunction!(dlpack::from_dlpack, m)?)?;
+    m.add_function(wrap_pyfunction!(pyopencl::_adopt_cl_mem, m)?)?;
     m.add_function(wrap_pyfunction!(dlpack::_read_dlpack_capsule, m)?)?;
     m.add_function(wrap_pyfunction!(dlpack::_dlpack_consumer_stream, m)?)?;
     m.add_class::<pool::PyMemoryPool>()?;

@@ -3,24 +3,17 @@
 //! ([`crate::pooled_buffer`]), its allocators [`crate::allocators`]'s classes.
 
 use crate::allocators::{PyDeferredAllocator, PyImmediateAllocator};
-use crate::args::shape_arg;
+use crate::args::{bytes_arg, shape_arg};
 use crate::backend::PyBackend;
 use crate::dtype::{parse_dtype, with_dtype, AnyArray, Wrap};
 use crate::errors::{invalid, stats_dict, IntoPy};
 use crate::gil::{holding_gil, GilAllocator};
 use crate::pooled_buffer::PyPooledBuffer;
-use gpubuf::pool::{alloc_size, bin_number, Limit, PoolConfig};
+use gpubuf::pool::{alloc_size, bin_number, Limit, PoolConfig, GRANULE};
 use gpubuf::{DType, Device, MemoryPool, Order};
 use parking_lot::Mutex;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
-
-/// A byte count from Python: an int in ``0..2**64`` that fits this machine.
-fn bytes_arg(obj: &Bound<'_, PyAny>) -> PyResult<usize> {
-    let n: i128 = obj.extract().map_err(|_| invalid("a size in bytes is an int"))?;
-    usize::try_from(n)
-        .map_err(|_| invalid(format!("size {n} is negative or above this machine's address space")))
-}
 
 /// A limit: None, an int (bytes) or a float in (0, 1] (a fraction of the device's memory).
 fn limit_arg(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Limit>> {
@@ -37,16 +30,25 @@ fn limit_arg(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Limit>> {
 }
 
 /// A memory pool (pyopencl's ``MemoryPool(allocator, leading_bits_in_bin_id=4)``): freed
-/// blocks are kept and handed out again instead of going back to the device.
+/// blocks are kept and handed out again instead of going back to the device. A request
+/// gets a block of its size class (pyopencl's ``alloc_size(bin_number(size))``, rounded
+/// up to 256 bytes).
 ///
 /// ``allocator`` is a ``Backend`` (immediate allocation), ``ImmediateAllocator`` or
-/// ``DeferredAllocator``. ``limit`` caps the bytes the pool holds: an int of bytes, or a
+/// ``DeferredAllocator``. A pool over an allocator made from a pyopencl queue or context
+/// hands out ``gpubuf.pyopencl.PooledBuffer`` objects, ``pyopencl.Buffer``s that pyopencl
+/// takes anywhere (kernels, copies, ``pyopencl.array`` with ``allocator=``), each block
+/// an OpenCL buffer of its own as in pyopencl's pool; other pools hand out
+/// ``gpubuf.PooledBuffer``. ``limit`` caps the bytes the pool holds: an int of bytes, or a
 /// float fraction of the device's memory; past it ``allocate`` raises
 /// ``OutOfMemoryError`` after freeing what the pool held.
 #[pyclass(name = "MemoryPool", module = "gpubuf", frozen)]
 pub struct PyMemoryPool {
     pub(crate) pool: MemoryPool<GilAllocator>,
     bits: u32,
+    /// For a pool made from pyopencl objects: `gpubuf.pyopencl._pooled`, which hands a
+    /// block to pyopencl as a `pyopencl.Buffer` subclass.
+    wrap: Option<Py<PyAny>>,
 }
 
 #[pymethods]
@@ -64,23 +66,36 @@ impl PyMemoryPool {
                 u32::try_from(bytes_arg(b)?).map_err(|_| invalid("leading_bits_in_bin_id is too large"))?
             }
         };
-        let (device, immediate) = if let Ok(b) = allocator.cast::<PyBackend>() {
-            (b.get().device.clone(), true)
+        let (device, immediate, from_cl) = if let Ok(b) = allocator.cast::<PyBackend>() {
+            (b.get().device.clone(), true, false)
         } else if let Ok(a) = allocator.cast::<PyImmediateAllocator>() {
-            (a.get().device.clone(), true)
+            (a.get().device.clone(), true, a.get().pyopencl)
         } else if let Ok(a) = allocator.cast::<PyDeferredAllocator>() {
-            (a.get().device.clone(), false)
+            (a.get().device.clone(), false, a.get().pyopencl)
         } else {
-            return Err(invalid("the allocator is a Backend, ImmediateAllocator or DeferredAllocator"));
+            return Err(invalid(
+                "the allocator is a Backend, ImmediateAllocator or DeferredAllocator (gpubuf's, over a \
+                 backend or a pyopencl queue or context)",
+            ));
         };
+        // Blocks past `small_max` get allocations of their own, of exactly their size class
+        // (pyopencl's bins); a pool for pyopencl has every block so, since pyopencl takes
+        // the allocation's handle for the block.
         let config = PoolConfig {
             leading_bits_in_bin_id,
             immediate,
             limit: limit_arg(limit)?,
+            large_round: GRANULE,
+            whole_blocks: from_cl,
             ..PoolConfig::default()
         };
         let pool = MemoryPool::with_config(GilAllocator { device }, config).py()?;
-        Ok(PyMemoryPool { pool, bits: leading_bits_in_bin_id })
+        let wrap = if from_cl {
+            Some(allocator.py().import("gpubuf.pyopencl")?.getattr("_pooled")?.unbind())
+        } else {
+            None
+        };
+        Ok(PyMemoryPool { pool, bits: leading_bits_in_bin_id, wrap })
     }
 
     /// A block of at least ``size`` bytes (pyopencl's ``allocate``), returned to the pool by
@@ -91,18 +106,22 @@ impl PyMemoryPool {
     ///
     /// A block the pool holds is handed out with the GIL kept; the GIL is released while
     /// the pool allocates from the device.
-    fn allocate(&self, py: Python<'_>, size: &Bound<'_, PyAny>) -> PyResult<PyPooledBuffer> {
+    fn allocate(&self, py: Python<'_>, size: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
         let bytes = bytes_arg(size)?;
         let block = holding_gil(py, || self.pool.allocate(bytes)).py()?;
-        Ok(PyPooledBuffer {
+        let native = PyPooledBuffer {
             block: Mutex::new(Some(block)),
             size: bytes,
             device: self.pool.allocator().device.clone(),
-        })
+        };
+        match &self.wrap {
+            None => Ok(native.into_pyobject(py)?.into_any().unbind()),
+            Some(wrap) => wrap.call1(py, (native,)),
+        }
     }
 
     /// ``pool(size)`` is ``pool.allocate(size)``.
-    fn __call__(&self, py: Python<'_>, size: &Bound<'_, PyAny>) -> PyResult<PyPooledBuffer> {
+    fn __call__(&self, py: Python<'_>, size: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
         self.allocate(py, size)
     }
 

@@ -35,6 +35,25 @@ impl PyPooledBuffer {
         self.block.lock().as_ref().map(|b| b.block_size())
     }
 
+    /// The block's OpenCL buffer handle (``cl_mem``), as pyopencl's ``int_ptr``: only for a
+    /// block that starts its buffer (every block of a pool made from pyopencl objects).
+    ///
+    /// Raises ``InvalidArgumentError`` once released, for a block carved from inside a
+    /// larger buffer, and ``DeviceMismatchError`` off OpenCL.
+    #[getter]
+    fn int_ptr(&self) -> PyResult<usize> {
+        let guard = self.block.lock();
+        let block = guard.as_ref().ok_or_else(|| invalid("the pooled buffer was already released"))?;
+        if block.offset() != 0 {
+            return Err(invalid(format!(
+                "this block starts {} bytes into its OpenCL buffer: it has no cl_mem of its own \
+                 (pools made from pyopencl objects give every block its own)",
+                block.offset()
+            )));
+        }
+        crate::pyopencl::cl_mem(block.memory())
+    }
+
     /// Whether the block went back to the pool.
     #[getter]
     fn released(&self) -> bool {

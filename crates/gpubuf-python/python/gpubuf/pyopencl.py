@@ -1,0 +1,164 @@
+"""gpubuf under pyopencl code: gpubuf's pool and allocators over pyopencl's own context and
+queue, their blocks usable wherever pyopencl takes a buffer.
+
+Made from pyopencl objects, gpubuf's allocators and pool work in that very context::
+
+    import pyopencl as cl, pyopencl.array as cl_array
+    import gpubuf
+
+    queue = cl.CommandQueue(cl.create_some_context())
+    pool = gpubuf.MemoryPool(gpubuf.ImmediateAllocator(queue))
+    a = cl_array.arange(queue, 2000, dtype="float32", allocator=pool)   # pyopencl's array
+
+``gpubuf.ImmediateAllocator(queue)`` and ``gpubuf.DeferredAllocator(context)`` (optional
+``mem_flags``: ``READ_WRITE`` only) return ``pyopencl.Buffer`` objects when called, None for
+0 bytes. A pool over such an allocator hands out :class:`PooledBuffer`, a subclass of
+``pyopencl.Buffer`` (kernel arguments, ``enqueue_copy``, ``pyopencl.array``'s
+``allocator=``), each block an OpenCL buffer of its own of its size class, as in pyopencl's
+pool. The block goes back to the pool at ``release()`` or when the object is garbage
+collected; pyopencl's references to it (an array's ``base_data``) keep it out until then.
+``gpubuf.Backend.from_pyopencl(queue_or_context)`` is the OpenCL backend over the same
+context, for gpubuf's own arrays there.
+
+``to_gpubuf(obj)`` adopts a ``pyopencl.array.Array`` or ``pyopencl.Buffer`` as a gpubuf
+array over the same memory, without a copy.
+
+``install()`` / ``uninstall()`` / ``installed()`` put gpubuf's classes under the names
+pyopencl users import them by (``pyopencl.tools.MemoryPool``, ``ImmediateAllocator``,
+``DeferredAllocator``), so that unchanged pyopencl code allocates from gpubuf's pool;
+``pytest -p gpubuf.pyopencl_plugin`` does so for a test session.
+"""
+
+import contextlib
+from typing import Any, Dict, Iterator, Optional
+
+import pyopencl as _cl
+
+from ._gpubuf import DeferredAllocator, ImmediateAllocator, InvalidArgumentError, MemoryPool, _adopt_cl_mem
+
+__all__ = ["PooledBuffer", "install", "installed", "is_installed", "to_gpubuf", "uninstall"]
+
+# The gpubuf block behind each PooledBuffer that has not given it back, by id(): the
+# subclass has no room for attributes (its layout must stay pyopencl's).
+_blocks: Dict[int, Any] = {}
+
+
+class PooledBuffer(_cl.Buffer):
+    """A block of a gpubuf pool as a ``pyopencl.Buffer`` (pyopencl's ``PooledBuffer``
+    surface): ``release()`` returns it to the pool (a second call raises
+    ``InvalidArgumentError``), as does garbage collection."""
+
+    __slots__ = ()
+
+    def release(self) -> None:
+        """Returns the block to its pool now; the buffer cannot be used afterwards."""
+        block = _blocks.pop(id(self), None)
+        if block is None:
+            raise InvalidArgumentError("the pooled buffer was already released")
+        _cl.Buffer.release(self)
+        block.release()
+
+    def bind_to_queue(self, queue) -> None:
+        """pyopencl's: a no-op here (gpubuf's blocks are not bound to a queue)."""
+
+    def unbind_from_queue(self) -> None:
+        """pyopencl's: a no-op here."""
+
+    def __del__(self) -> None:
+        block = _blocks.pop(id(self), None)
+        if block is not None:
+            try:
+                _cl.Buffer.release(self)
+            except Exception:  # released by pyopencl's own Buffer.release meanwhile
+                pass
+            block.release()
+
+
+def _pooled(block) -> PooledBuffer:
+    """``block`` (a ``gpubuf.PooledBuffer`` whose block is an OpenCL buffer of its own) as
+    a :class:`PooledBuffer`: pyopencl's ``Buffer`` over the same ``cl_mem``."""
+    buf = _cl.Buffer.from_int_ptr(block.int_ptr, True)
+    buf.__class__ = PooledBuffer
+    _blocks[id(buf)] = block
+    return buf
+
+
+def to_gpubuf(obj, queue=None):
+    """A gpubuf array over the memory of ``obj`` (no copy): a ``pyopencl.array.Array`` (its
+    shape, strides, dtype and offset) or a ``pyopencl.Buffer`` (its bytes, uint8). The
+    array's device is ``gpubuf.Backend.from_pyopencl`` of ``queue``, else of the array's
+    queue, else of the context; work queued on the array's events is waited for unless
+    it runs on that same queue.
+
+    Raises ``InvalidArgumentError`` for a read-only buffer, strides that are not whole
+    elements, or a block of a gpubuf pool (use the pool's own arrays);
+    ``DeviceMismatchError`` for memory of another context than ``queue``'s."""
+    import pyopencl.array as cl_array
+
+    if isinstance(obj, PooledBuffer):
+        raise InvalidArgumentError("a block of a gpubuf pool: allocate gpubuf arrays with MemoryPool.empty instead")
+    if isinstance(obj, cl_array.Array):
+        owner = queue if queue is not None else (obj.queue if obj.queue is not None else obj.context)
+        if obj.events and owner is not obj.queue:
+            _cl.wait_for_events(obj.events)
+        base = obj.base_data
+        if isinstance(base, PooledBuffer):
+            raise InvalidArgumentError(
+                "the array's memory is a block of a gpubuf pool: allocate gpubuf arrays with MemoryPool.empty instead"
+            )
+        if base is None:  # an empty array has no buffer
+            raise InvalidArgumentError("an array without memory (size 0) cannot be adopted")
+        return _adopt_cl_mem(owner, base.int_ptr, list(obj.shape), list(obj.strides), obj.dtype, obj.offset)
+    if isinstance(obj, _cl.Buffer):
+        owner = queue if queue is not None else obj.context
+        return _adopt_cl_mem(owner, obj.int_ptr, [obj.size], [1], "uint8", 0)
+    raise InvalidArgumentError(f"to_gpubuf takes a pyopencl.array.Array or pyopencl.Buffer, not {type(obj).__name__}")
+
+
+_NAMES = ("MemoryPool", "ImmediateAllocator", "DeferredAllocator")
+_OURS = {"MemoryPool": MemoryPool, "ImmediateAllocator": ImmediateAllocator, "DeferredAllocator": DeferredAllocator}
+# While installed: what pyopencl.tools had under each name.
+_saved: Optional[Dict[str, Any]] = None
+
+
+def is_installed() -> bool:
+    """Whether ``pyopencl.tools``' pool and allocators are gpubuf's now."""
+    return _saved is not None
+
+
+def install() -> None:
+    """Puts gpubuf's ``MemoryPool``, ``ImmediateAllocator`` and ``DeferredAllocator`` in
+    ``pyopencl.tools`` (code that imports them from there afterwards gets gpubuf's; a name
+    imported before keeps pyopencl's). Installing again does nothing."""
+    global _saved
+    import pyopencl.tools as tools
+
+    if _saved is not None:
+        return
+    _saved = {name: getattr(tools, name) for name in _NAMES}
+    for name in _NAMES:
+        setattr(tools, name, _OURS[name])
+
+
+def uninstall() -> None:
+    """Puts pyopencl's own classes back (nothing when not installed)."""
+    global _saved
+    import pyopencl.tools as tools
+
+    if _saved is None:
+        return
+    saved, _saved = _saved, None
+    for name, value in saved.items():
+        setattr(tools, name, value)
+
+
+@contextlib.contextmanager
+def installed() -> Iterator[None]:
+    """``install()`` for a ``with`` block; afterwards as before."""
+    was = is_installed()
+    install()
+    try:
+        yield
+    finally:
+        if not was:
+            uninstall()

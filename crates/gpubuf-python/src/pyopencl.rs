@@ -1,0 +1,172 @@
+//! pyopencl's objects as gpubuf's: a `pyopencl.Context` or `pyopencl.CommandQueue` as the
+//! OpenCL device over that very context and queue (`OpenClBackend::share_context`), and a
+//! block of gpubuf memory handed to pyopencl as a `pyopencl.Buffer` over its `cl_mem`.
+//!
+//! pyopencl's classes are recognised by their module and name (pyopencl is not imported
+//! unless such an object is given), and their handles read from `int_ptr`, pyopencl's own
+//! documented way out; pyopencl keeps each object's handle alive while the object lives,
+//! and gpubuf retains what it keeps.
+
+use crate::errors::{invalid, IntoPy};
+use gpubuf::opencl::ClMemory;
+use gpubuf::{Device, Error};
+use parking_lot::Mutex;
+use pyo3::prelude::*;
+use pyo3::types::PyType;
+use std::sync::{Arc, Weak};
+
+/// pyopencl buffers adopted by [`_adopt_cl_mem`] and still in use, by `cl_mem`: adopting
+/// one again shares the memory (a `cl_mem` is the memory of one gpubuf object at most).
+static ADOPTED: Mutex<Vec<(usize, Weak<ClMemory>)>> = Mutex::new(Vec::new());
+
+/// The live gpubuf memory over an adopted `cl_mem`, if any.
+fn adopted(cl_mem: usize) -> Option<Arc<ClMemory>> {
+    ADOPTED.lock().iter().find(|(h, _)| *h == cl_mem).and_then(|(_, w)| w.upgrade())
+}
+
+/// What a pyopencl object is, for the calls that take one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// `pyopencl.Context`.
+    Context,
+    /// `pyopencl.CommandQueue`.
+    Queue,
+}
+
+/// The pyopencl class of `obj`, if it is (or derives from) a pyopencl context or queue.
+pub fn kind_of(obj: &Bound<'_, PyAny>) -> Option<Kind> {
+    let mro = obj.get_type().mro();
+    mro.iter().find_map(|t| {
+        let t = t.cast_into::<PyType>().ok()?;
+        let module = t.module().ok()?.to_string();
+        if !module.starts_with("pyopencl") {
+            return None;
+        }
+        match t.name().ok()?.to_string().as_str() {
+            "Context" => Some(Kind::Context),
+            "CommandQueue" => Some(Kind::Queue),
+            _ => None,
+        }
+    })
+}
+
+/// A handle from a pyopencl object's `int_ptr`.
+fn handle(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<usize> {
+    let v: usize = obj
+        .getattr("int_ptr")
+        .and_then(|p| p.extract())
+        .map_err(|e| invalid(format!("the pyopencl {what} has no usable int_ptr ({e})")))?;
+    if v == 0 {
+        return Err(invalid(format!("the pyopencl {what} was released")));
+    }
+    Ok(v)
+}
+
+/// The OpenCL device over the context (and queue) of a pyopencl object, or None when `obj`
+/// is not a pyopencl context or queue.
+///
+/// # Errors
+/// `BackendUnavailableError` when gpubuf's OpenCL loader does not list the device;
+/// `InvalidArgumentError` for an out-of-order queue or a released object.
+pub fn device_of(py: Python<'_>, obj: &Bound<'_, PyAny>) -> PyResult<Option<Device>> {
+    let Some(kind) = kind_of(obj) else { return Ok(None) };
+    let (context, queue) = match kind {
+        Kind::Context => (handle(obj, "context")?, 0),
+        Kind::Queue => (handle(&obj.getattr("context")?, "context")?, handle(obj, "queue")?),
+    };
+    let device = py
+        .detach(move || {
+            // SAFETY: both handles come from live pyopencl objects (`obj` is borrowed for
+            // this call), which hold their references until they are released; the
+            // backend retains its own.
+            unsafe {
+                gpubuf::opencl::OpenClBackend::share_context(context as *mut _, queue as *mut _)
+            }
+        })
+        .map(Device::from)
+        .py()?;
+    Ok(Some(device))
+}
+
+/// The `cl_mem` under a block of `device` memory, for pyopencl.
+///
+/// # Errors
+/// `InvalidArgumentError` off OpenCL.
+pub fn cl_mem(memory: &gpubuf::device::Memory) -> PyResult<usize> {
+    memory.as_opencl().map(|m| m.raw() as usize).ok_or_else(|| {
+        crate::errors::to_py(Error::DeviceMismatch("pyopencl takes OpenCL memory, not this backend's".into()))
+    })
+}
+
+/// A `pyopencl.Buffer` over `cl_mem` (pyopencl retains its own reference).
+///
+/// # Errors
+/// `ImportError` without pyopencl; pyopencl's own errors.
+pub fn buffer<'py>(py: Python<'py>, cl_mem: usize) -> PyResult<Bound<'py, PyAny>> {
+    py.import("pyopencl")?.getattr("Buffer")?.call_method1("from_int_ptr", (cl_mem, true))
+}
+
+/// A gpubuf array over the memory of a ``pyopencl.Buffer`` (no copy): ``owner`` is the
+/// pyopencl queue or context whose device the array gets (``Backend.from_pyopencl``),
+/// ``int_ptr`` the buffer's ``cl_mem`` (gpubuf retains it), then the layout in bytes.
+///
+/// Raises ``InvalidArgumentError`` for a layout outside the buffer or strides that are not
+/// whole elements, a read-only buffer or one gpubuf's own memory holds (use that array),
+/// ``DeviceMismatchError`` for a buffer of another context.
+///
+/// # Errors
+/// As the docstring says.
+#[pyfunction]
+pub fn _adopt_cl_mem(
+    py: Python<'_>,
+    owner: &Bound<'_, PyAny>,
+    int_ptr: usize,
+    shape: Vec<usize>,
+    strides: Vec<isize>,
+    dtype: &Bound<'_, PyAny>,
+    offset: usize,
+) -> PyResult<crate::dtype::AnyArray> {
+    use crate::dtype::{parse_dtype, with_dtype, Wrap};
+    let d = parse_dtype(dtype)?;
+    let device = device_of(py, owner)?.ok_or_else(|| invalid("the owner is a pyopencl queue or context"))?;
+    let size = d.size();
+    let whole = |b: isize| b.checked_rem(size as isize) == Some(0);
+    if strides.len() != shape.len() || !strides.iter().all(|&s| whole(s)) || offset % size != 0 {
+        return Err(invalid(format!(
+            "strides {strides:?} and offset {offset} for shape {shape:?} are not whole {size}-byte elements"
+        )));
+    }
+    if int_ptr == 0 {
+        return Err(invalid("a null cl_mem"));
+    }
+    let cl = device.as_opencl().cloned().ok_or_else(|| invalid("the owner's device is not OpenCL"))?;
+    let memory = match adopted(int_ptr) {
+        Some(m) => m,
+        None => {
+            let m: Arc<ClMemory> = py
+                .detach(move || {
+                    // SAFETY: `int_ptr` is the handle of a live pyopencl buffer the caller
+                    // holds for this call (pyopencl keeps its reference while the object
+                    // lives); gpubuf retains its own, which the memory releases.
+                    unsafe { cl.share_raw(int_ptr as gpubuf::opencl::opencl3::types::cl_mem) }
+                })
+                .py()?
+                .into();
+            let mut live = ADOPTED.lock();
+            live.retain(|(_, w)| w.strong_count() > 0);
+            live.push((int_ptr, Arc::downgrade(&m)));
+            m
+        }
+    };
+    if !device.as_opencl().is_some_and(|b| b.context().get() as usize == memory.context_handle()) {
+        return Err(crate::errors::to_py(Error::DeviceMismatch(
+            "the buffer belongs to another OpenCL context than the owner's".into(),
+        )));
+    }
+    let buffer = gpubuf::Buffer::from_memory(&device, gpubuf::device::Memory::OpenCl(memory));
+    let elems: Vec<isize> = strides.iter().map(|s| s / size as isize).collect();
+    let layout = gpubuf::Layout::new(shape, elems, offset / size).py()?;
+    Ok(with_dtype!(d, T => {
+        gpubuf::NDBuffer::<Device, T>::from_buffer_layout(buffer, layout).map(T::wrap).py()?
+    }))
+}

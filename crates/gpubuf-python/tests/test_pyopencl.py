@@ -1,0 +1,180 @@
+"""gpubuf under pyopencl objects: backends over pyopencl's context and queue, callable
+allocators, a pool whose blocks pyopencl takes anywhere, adoption of pyopencl memory
+without copies, and bad input from Python."""
+
+import gc
+
+import numpy as np
+import pytest
+
+import gpubuf
+
+cl = pytest.importorskip("pyopencl")
+cl_array = pytest.importorskip("pyopencl.array")
+cl_tools = pytest.importorskip("pyopencl.tools")
+gpyopencl = pytest.importorskip("gpubuf.pyopencl")
+
+
+def _queue():
+    try:
+        gpubuf.Backend("opencl")
+        return cl.CommandQueue(cl.create_some_context(interactive=False))
+    except (gpubuf.BackendUnavailableError, cl.Error) as e:
+        pytest.skip(f"no OpenCL device for pyopencl and gpubuf: {e}")
+
+
+@pytest.fixture
+def queue():
+    return _queue()
+
+
+def test_backend_is_pyopencls_context_and_queue(queue):
+    b = gpubuf.Backend.from_pyopencl(queue)
+    assert b.name == "opencl" and b.info["name"] == queue.device.name
+    assert b.same_device(gpubuf.Backend.from_pyopencl(queue)), "one backend per context and queue"
+    # gpubuf's memory there is memory of pyopencl's context: pyopencl copies out of it.
+    a = gpubuf.NDBuffer.from_numpy(np.arange(8, dtype=np.float32), backend=b)
+    out = np.empty(8, np.float32)
+    m = gpubuf.ImmediateAllocator(queue)(32)
+    cl.enqueue_copy(queue, m, np.arange(8, dtype=np.float32)).wait()
+    v = gpyopencl.to_gpubuf(m, queue).view("float32")
+    assert v.to_numpy().tolist() == list(range(8))
+    assert a.to_numpy().tolist() == list(range(8))
+    cl.enqueue_copy(queue, out, m).wait()
+    with pytest.raises(gpubuf.InvalidArgumentError):
+        gpubuf.Backend.from_pyopencl(object())
+
+
+def test_allocators_are_callable_as_pyopencls(queue):
+    for alloc in (gpubuf.ImmediateAllocator(queue), gpubuf.DeferredAllocator(queue.context)):
+        mem = alloc(15)
+        assert isinstance(mem, cl.Buffer) and mem.size == 15 and mem.context == queue.context
+        assert alloc(0) is None
+        with pytest.raises(gpubuf.InvalidArgumentError):
+            alloc(-1)
+    assert gpubuf.ImmediateAllocator(queue, cl.mem_flags.READ_WRITE)(8) is not None
+    with pytest.raises(gpubuf.InvalidArgumentError, match="READ_WRITE"):
+        gpubuf.ImmediateAllocator(queue, cl.mem_flags.READ_ONLY)
+    with pytest.raises(gpubuf.InvalidArgumentError, match="CommandQueue"):
+        gpubuf.ImmediateAllocator(queue.context)
+    with pytest.raises(gpubuf.InvalidArgumentError, match="Context"):
+        gpubuf.DeferredAllocator(queue)
+    # A backend-made allocator returns gpubuf arrays.
+    b = gpubuf.ImmediateAllocator(gpubuf.Backend("cpu"))(16)
+    assert isinstance(b, gpubuf.NDBuffer) and b.shape == (16,) and b.dtype == np.uint8
+
+
+def test_pool_blocks_are_pyopencl_buffers(queue):
+    pool = gpubuf.MemoryPool(gpubuf.ImmediateAllocator(queue))
+    b = pool.allocate(1000)
+    assert isinstance(b, cl.Buffer) and isinstance(b, gpyopencl.PooledBuffer)
+    assert b.size == 1024  # the size class's block (pyopencl: 1023), rounded to 256 bytes
+    assert pool.active_blocks == 1
+    # A kernel and copies through pyopencl.
+    prg = cl.Program(queue.context, "__kernel void twice(__global float *x) { x[get_global_id(0)] *= 2; }").build()
+    cl.enqueue_copy(queue, b, np.arange(250, dtype=np.float32))
+    prg.twice(queue, (250,), None, b)
+    out = np.empty(250, np.float32)
+    cl.enqueue_copy(queue, out, b).wait()
+    assert out.tolist() == [2.0 * i for i in range(250)]
+    b.bind_to_queue(queue)
+    b.unbind_from_queue()
+    b.release()
+    assert pool.active_blocks == 0 and pool.held_blocks == 1
+    with pytest.raises(gpubuf.InvalidArgumentError):
+        b.release()
+    c = pool.allocate(1000)  # the held block again, a pyopencl buffer over the same cl_mem
+    assert pool.held_blocks == 0
+    del c
+    gc.collect()
+    assert pool.active_blocks == 0 and pool.held_blocks == 1
+    # Every block its own cl_mem, of its size class: a held block serves only its class.
+    d = pool.allocate(5000)
+    assert pool.held_blocks == 1 and d.size == ((pool.alloc_size(pool.bin_number(5000)) + 255) // 256) * 256
+    d.release()
+
+
+def test_bins_and_blocks_match_pyopencls(queue):
+    ours = gpubuf.MemoryPool(gpubuf.ImmediateAllocator(queue))
+    theirs = cl_tools.MemoryPool(cl_tools.ImmediateAllocator(queue))
+    for size in [1, 15, 255, 256, 1000, 4096, (1 << 20) + 1, 3_000_000, 123_456_789, 2**31 - 7]:
+        assert ours.bin_number(size) == theirs.bin_number(size)
+        assert ours.alloc_size(ours.bin_number(size)) == theirs.alloc_size(theirs.bin_number(size))
+    for size in [1000, (1 << 20) + 1, 3_000_000]:
+        blk = ours.allocate(size)
+        want = theirs.alloc_size(theirs.bin_number(size))
+        assert want <= blk.size < want + 256, "the block is the size class's, not a 2 MiB multiple"
+        blk.release()
+    assert ours.managed_bytes < 3_000_000 + 2 * (1 << 20)
+
+
+def test_pyopencl_arrays_with_gpubufs_pool(queue):
+    pool = gpubuf.MemoryPool(gpubuf.ImmediateAllocator(queue))
+    a = cl_array.arange(queue, 2000, dtype=np.float32, allocator=pool)
+    b = cl_array.to_device(queue, np.arange(2000), allocator=pool) + 4000
+    assert a.allocator is pool and b.allocator is pool
+    assert ((a * 2).get() == np.arange(2000, dtype=np.float32) * 2).all()
+    assert (b.get() == np.arange(2000) + 4000).all()
+    z = cl_array.zeros(queue, (5, 6, 7), dtype=np.float32, allocator=gpubuf.DeferredAllocator(queue.context))
+    assert z.get().sum() == 0
+    del a, b
+    gc.collect()
+    assert pool.active_blocks == 0
+
+
+def test_pyopencl_memory_adopted_without_copy(queue):
+    host = np.arange(24, dtype=np.float64).reshape(4, 6)
+    a = cl_array.to_device(queue, host)
+    g = gpyopencl.to_gpubuf(a)
+    assert g.shape == (4, 6) and g.dtype == np.float64
+    assert (g.to_numpy() == host).all()
+    g[1, :] = -1.0  # written through gpubuf, seen by pyopencl: one memory
+    queue.finish()
+    assert (a.get()[1] == -1).all()
+    host[1, :] = -1.0
+    rows = gpyopencl.to_gpubuf(a[1:3])  # an offset into the buffer
+    assert (rows.to_numpy() == host[1:3]).all()
+    t = gpyopencl.to_gpubuf(a.transpose())  # strides
+    assert (t.to_numpy() == host.T).all()
+    buf = cl.Buffer(queue.context, cl.mem_flags.READ_WRITE, 64)
+    assert gpyopencl.to_gpubuf(buf, queue).shape == (64,)
+    ro = cl.Buffer(queue.context, cl.mem_flags.READ_ONLY, 64)
+    with pytest.raises(gpubuf.InvalidArgumentError):
+        gpyopencl.to_gpubuf(ro, queue)
+    with pytest.raises(gpubuf.InvalidArgumentError):
+        gpyopencl.to_gpubuf(object())
+
+
+def test_bad_input_leaves_the_pool_usable(queue):
+    pool = gpubuf.MemoryPool(gpubuf.ImmediateAllocator(queue))
+    for bad in (-1, "8", 2.5, 2**70):
+        with pytest.raises(gpubuf.InvalidArgumentError):
+            pool.allocate(bad)
+    other = cl.CommandQueue(cl.Context([queue.device]))
+    foreign = cl.Buffer(other.context, cl.mem_flags.READ_WRITE, 64)
+    with pytest.raises(gpubuf.DeviceMismatchError):
+        gpyopencl.to_gpubuf(foreign, queue)  # memory of another context
+    b = pool.allocate(64)
+    b.release()
+    with pytest.raises(gpubuf.InvalidArgumentError):
+        b.release()  # freed twice
+    with pytest.raises(gpubuf.InvalidArgumentError):
+        gpyopencl.to_gpubuf(pool.allocate(64))  # a block of gpubuf's own pool
+    released = cl.CommandQueue(queue.context)
+    released.finish()
+    with pytest.raises(gpubuf.InvalidArgumentError):
+        gpubuf.MemoryPool(cl_tools.ImmediateAllocator(queue))  # pyopencl's own allocator
+    c = pool.allocate(64)
+    cl.enqueue_copy(queue, c, np.ones(16, np.float32)).wait()
+    c.release()
+    assert pool.active_blocks == 0
+
+
+def test_install_swaps_pyopencl_tools_names(queue):
+    before = cl_tools.MemoryPool
+    with gpyopencl.installed():
+        assert cl_tools.MemoryPool is gpubuf.MemoryPool
+        assert cl_tools.ImmediateAllocator is gpubuf.ImmediateAllocator
+        pool = cl_tools.MemoryPool(cl_tools.ImmediateAllocator(queue))
+        assert isinstance(pool.allocate(10), cl.Buffer)
+    assert cl_tools.MemoryPool is before and not gpyopencl.is_installed()
