@@ -29,6 +29,9 @@
 //! * `zarr`: zarr-python 3.1.6's own tests (its pinned sdist's `tests/`) with gpubuf's
 //!   classes as zarr's default buffer and ndbuffer, on the CPU and OpenCL (docs/python.md,
 //!   "zarr-python's own tests on gpubuf").
+//! * `pyopencl`: pyopencl 2026.1.4's own pool and allocator tests (its pinned sdist's
+//!   `test/`) with gpubuf's pool and allocators in `pyopencl.tools`, on OpenCL
+//!   (docs/python.md, "pyopencl's own tests on gpubuf").
 
 mod artifacts;
 mod bundle;
@@ -38,6 +41,7 @@ mod doccover;
 mod miri;
 mod mpi;
 mod pace;
+mod pyopencl;
 mod python;
 #[cfg(test)]
 mod rings;
@@ -76,6 +80,7 @@ fn main() -> ExitCode {
         },
         "wheel" => wheel::command(),
         "zarr" => zarr::command(),
+        "pyopencl" => pyopencl::command(),
         "cuda-kernels" if std::env::args().nth(2).as_deref() == Some("--check") => {
             let mut tally = summary::Tally::default();
             cudagen::check(&mut tally);
@@ -87,7 +92,7 @@ fn main() -> ExitCode {
         "cuda-kernels" => cudagen::generate(),
         _ => {
             eprintln!(
-                "usage: cargo xtask <test-all | install-deps | gpu-bundle | cuda-kernels [--check] | doc-coverage | wheel | python | pace [--baseline | --test-all]>"
+                "usage: cargo xtask <test-all | install-deps | gpu-bundle | cuda-kernels [--check] | doc-coverage | wheel | python | pace [--baseline | --test-all] | zarr | pyopencl>"
             );
             false
         }

@@ -57,7 +57,10 @@ impl Sdist {
         if !archive.is_file() {
             let mut pip = Command::new(python);
             pip.args(["-m", "pip", "download", "--quiet", "--disable-pip-version-check", "--no-deps"])
-                .args(["--no-binary", ":all:", "-d"])
+                // The sdist of this project only: the build requirements pip installs to
+                // read its metadata come as wheels (with `:all:` they would be built
+                // from source too, numpy among them).
+                .args(["--no-binary", self.project, "-d"])
                 .arg(&dir)
                 .arg(format!("{}=={}", self.project, self.version));
             if !run_ok(without_rust(&mut pip, venv)) {

@@ -3,7 +3,7 @@
 use crate::deps;
 use crate::sh::{self, capture, run_ok, run_tee};
 use crate::summary::{count, Tally};
-use crate::{cudagen, doccover, miri, mpi, pace, python, zarr};
+use crate::{cudagen, doccover, miri, mpi, pace, pyopencl, python, zarr};
 use std::collections::BTreeMap;
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -183,6 +183,14 @@ pub fn test_all() -> bool {
         limited(&mut tally, "zarr", 12, |_| zarr::run(&require.join(","), true).map(|r| (r.total, r.lines)));
     peer_suite(&mut tally, "zarr", r);
     lap.mark("zarr");
+
+    // pyopencl 2026.1.4's own pool and allocator tests with gpubuf's classes in
+    // pyopencl.tools (the wheel above is reused).
+    let r = limited(&mut tally, "pyopencl", 8, |_| {
+        pyopencl::run(&require.join(","), true).map(|r| (r.total, r.lines))
+    });
+    peer_suite(&mut tally, "pyopencl", r);
+    lap.mark("pyopencl");
 
     // The examples must run as written, on every backend that can run here.
     let mut backends = vec!["cpu"];

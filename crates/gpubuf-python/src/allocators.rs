@@ -53,7 +53,13 @@ fn flags(mem_flags: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
 }
 
 /// What calling an allocator returns: None for 0 bytes, else new memory.
-fn call(py: Python<'_>, device: &Device, from_cl: bool, immediate: bool, size: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+fn call(
+    py: Python<'_>,
+    device: &Device,
+    from_cl: bool,
+    immediate: bool,
+    size: &Bound<'_, PyAny>,
+) -> PyResult<Py<PyAny>> {
     let bytes = bytes_arg(size)?;
     if bytes == 0 {
         return Ok(py.None());
@@ -70,7 +76,8 @@ fn call(py: Python<'_>, device: &Device, from_cl: bool, immediate: bool, size: &
         return Ok(out.unbind());
     }
     let buffer = Buffer::from_memory(device, mem);
-    let array: AnyArray = NDBuffer::<Device, u8>::from_buffer(buffer, &[bytes], Order::C).map(u8::wrap).py()?;
+    let array: AnyArray =
+        NDBuffer::<Device, u8>::from_buffer(buffer, &[bytes], Order::C).map(u8::wrap).py()?;
     Ok(array.into_pyobject(py)?.into_any().unbind())
 }
 
@@ -121,7 +128,11 @@ pub struct PyDeferredAllocator {
 impl PyDeferredAllocator {
     #[new]
     #[pyo3(signature = (context, mem_flags = None))]
-    fn new(py: Python<'_>, context: &Bound<'_, PyAny>, mem_flags: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
+    fn new(
+        py: Python<'_>,
+        context: &Bound<'_, PyAny>,
+        mem_flags: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Self> {
         flags(mem_flags)?;
         let (device, pyopencl) = source(py, context, Kind::Context, "DeferredAllocator")?;
         Ok(PyDeferredAllocator { device, pyopencl })

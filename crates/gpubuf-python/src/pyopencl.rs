@@ -79,9 +79,7 @@ pub fn device_of(py: Python<'_>, obj: &Bound<'_, PyAny>) -> PyResult<Option<Devi
             // SAFETY: both handles come from live pyopencl objects (`obj` is borrowed for
             // this call), which hold their references until they are released; the
             // backend retains its own.
-            unsafe {
-                gpubuf::opencl::OpenClBackend::share_context(context as *mut _, queue as *mut _)
-            }
+            unsafe { gpubuf::opencl::OpenClBackend::share_context(context as *mut _, queue as *mut _) }
         })
         .map(Device::from)
         .py()?;

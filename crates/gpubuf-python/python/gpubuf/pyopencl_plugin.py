@@ -1,0 +1,20 @@
+"""pytest plugin: ``pytest -p gpubuf.pyopencl_plugin`` runs a test session with gpubuf's
+``MemoryPool``, ``ImmediateAllocator`` and ``DeferredAllocator`` in ``pyopencl.tools``
+(``gpubuf.pyopencl.install``), so that pyopencl's own tests, which import them from there,
+allocate from gpubuf's pool unchanged.
+
+The swap happens when pytest loads the plugin, before it imports any test module (those
+import the names at their top), and is undone at the session's end.
+"""
+
+from . import pyopencl as _gpyopencl
+
+_gpyopencl.install()
+
+
+def pytest_sessionfinish(session, exitstatus) -> None:
+    _gpyopencl.uninstall()
+
+
+def pytest_report_header(config) -> str:
+    return "gpubuf.pyopencl_plugin: pyopencl.tools' MemoryPool and allocators are gpubuf's"
