@@ -36,7 +36,7 @@ pub fn target_dir() -> PathBuf {
 /// compressed tag sets (`a.b`) split on the dots.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WheelTags {
-    /// Python tags, e.g. `cp39`.
+    /// Python tags, e.g. `cp310`.
     pub python: Vec<String>,
     /// ABI tags, e.g. `abi3`.
     pub abi: Vec<String>,
@@ -216,16 +216,16 @@ mod tests {
         )
     }
 
-    const WHEEL: &str = "gpubuf-0.1.0-cp39-abi3-manylinux_2_34_x86_64.whl";
+    const WHEEL: &str = "gpubuf-0.1.0-cp310-abi3-manylinux_2_34_x86_64.whl";
 
     #[test]
     fn wheel_names_and_manylinux_tags_are_read() {
-        let t = wheel_tags("a-1.0-7-cp39-abi3-manylinux_2_17_x86_64.manylinux2014_x86_64.whl").unwrap();
-        assert_eq!(t.python, ["cp39"]);
+        let t = wheel_tags("a-1.0-7-cp310-abi3-manylinux_2_17_x86_64.manylinux2014_x86_64.whl").unwrap();
+        assert_eq!(t.python, ["cp310"]);
         assert_eq!(t.abi, ["abi3"]);
         assert_eq!(t.platform, ["manylinux_2_17_x86_64", "manylinux2014_x86_64"]);
         assert_eq!(wheel_tags("gpubuf-0.1.0.tar.gz"), None);
-        assert_eq!(wheel_tags("gpubuf-cp39-abi3.whl"), None);
+        assert_eq!(wheel_tags("gpubuf-cp310-abi3.whl"), None);
         assert_eq!(manylinux("manylinux_2_34_x86_64"), Some(((2, 34), "x86_64".into())));
         assert_eq!(manylinux("manylinux_2_28_aarch64"), Some(((2, 28), "aarch64".into())));
         assert_eq!(manylinux("manylinux2014_x86_64"), Some(((2, 17), "x86_64".into())));
@@ -238,7 +238,7 @@ mod tests {
     #[test]
     fn the_wheel_check_holds_to_abi3_manylinux_and_nothing_external() {
         let ok = report("manylinux_2_34_x86_64", "");
-        assert_eq!(check_report(WHEEL, &ok), Ok("cp39-abi3-manylinux_2_34_x86_64".into()));
+        assert_eq!(check_report(WHEEL, &ok), Ok("cp310-abi3-manylinux_2_34_x86_64".into()));
         // A tag stricter than the symbols need is true; a looser one is not.
         assert!(check_report(WHEEL, &report("manylinux_2_28_x86_64", "")).is_ok());
         let e = check_report(WHEEL, &report("manylinux_2_35_x86_64", "")).unwrap_err();
@@ -249,9 +249,9 @@ mod tests {
         assert!(e.contains("libOpenCL.so.1"), "{e}");
         let e = check_report("gpubuf-0.1.0-cp311-cp311-manylinux_2_34_x86_64.whl", &ok).unwrap_err();
         assert!(e.contains("abi3"), "{e}");
-        let e = check_report("gpubuf-0.1.0-cp39-abi3-linux_x86_64.whl", &ok).unwrap_err();
+        let e = check_report("gpubuf-0.1.0-cp310-abi3-linux_x86_64.whl", &ok).unwrap_err();
         assert!(e.contains("not a manylinux tag"), "{e}");
-        let e = check_report("gpubuf-0.1.0-cp39-abi3-manylinux_2_34_aarch64.whl", &ok).unwrap_err();
+        let e = check_report("gpubuf-0.1.0-cp310-abi3-manylinux_2_34_aarch64.whl", &ok).unwrap_err();
         assert!(e.contains("claims"), "{e}");
         assert!(check_report(WHEEL, &ok.replace("\"pure\": false", "\"pure\": true")).is_err());
         assert!(check_report(WHEEL, "gpubuf is consistent with manylinux_2_34").is_err());

@@ -1,4 +1,4 @@
-//! `import gpubuf`: Python bindings of the gpubuf toolkit (PyO3, abi3 for CPython >= 3.9,
+//! `import gpubuf`: Python bindings of the gpubuf toolkit (PyO3, abi3 for CPython >= 3.10,
 //! built with maturin). A thin layer over the umbrella crate's [`gpubuf::Device`], the
 //! backend chosen at run time, so nothing here is generic over a backend. This is the
 //! native module `gpubuf._gpubuf`; the package `gpubuf` (`python/gpubuf`) re-exports it

@@ -13,7 +13,7 @@ use pyo3::prelude::*;
 /// A block on loan from a ``MemoryPool``: ``size`` bytes (pyopencl's ``PooledBuffer``).
 /// ``release()`` returns it (a second ``release()`` raises ``InvalidArgumentError``); so
 /// does leaving a ``with`` block or dropping the last reference.
-#[pyclass(name = "PooledBuffer", module = "gpubuf", frozen)]
+#[pyclass(name = "PooledBuffer", module = "gpubuf", frozen, freelist = 64)]
 pub struct PyPooledBuffer {
     pub(crate) block: Mutex<Option<PooledBuffer<GilAllocator>>>,
     pub(crate) size: usize,

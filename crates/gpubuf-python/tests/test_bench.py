@@ -51,10 +51,16 @@ def test_pool_report_from_the_command_line(backend):
     lines = out.strip().splitlines()
     assert len(lines) == 1
     names = check_report(json.loads(lines[0]), "pool", backend.name)
-    for size in bench.POOL_SIZES:
+    from gpubuf import bench_pool
+
+    with_cl = backend.name == "opencl" and bench_pool.pyopencl_queue() is not None
+    for size in bench_pool.POOL_SIZES:
         assert names[f"hit_ns/{size}"]["unit"] == "ns"
-        if backend.name == "opencl" and bench._pyopencl_pool() is not None:
+        if with_cl:
             assert names[f"vs_pyopencl/{size}"]["unit"] == "ns"
+            assert names[f"pyopencl_buffers_vs_pyopencl/{size}"]["baseline"] > 0
+    for n in bench_pool.ARRAY_SIZES:
+        assert (f"array_us/{n}" in names) == with_cl
 
 
 def test_zarr_report(backend):

@@ -20,8 +20,8 @@ import time
 
 import numpy as np
 
-from . import Backend, HaloDataTransformer, HaloExchangeSpec, MemoryPool, NDBuffer, QuantityHaloSpec
-from ._gpubuf import _Evictor, _halo_times, _pool_hit_ns
+from . import Backend, HaloDataTransformer, HaloExchangeSpec, NDBuffer, QuantityHaloSpec
+from ._gpubuf import _Evictor, _halo_times
 
 # The cases of `gpubuf bench halo`: (name, arrays, n, rotation, vector); 80 levels, a
 # 3-point halo, the four edges of every quantity.
@@ -33,7 +33,6 @@ HALO_CASES = [
 ]
 LEVELS, N_HALO = 80, 3
 EVICT_BYTES = 128 << 20
-POOL_SIZES = [256, 65536, 4 << 20, 64 << 20]
 
 
 def _entry(name, value, unit, baseline=None):
@@ -190,55 +189,11 @@ def bench_halo(backend, reps=15, quick=False):
     return out
 
 
-def _pyopencl_pool():
-    """pyopencl's pool on the device gpubuf's OpenCL backend uses, or None."""
-    try:
-        import pyopencl as cl
-        import pyopencl.tools as cl_tools
-    except ImportError:
-        return None
-    import os
-
-    want = os.environ.get("GPUBUF_OPENCL_DEVICE", "")
-    name = Backend("opencl").info.get("name", "")
-    try:
-        devices = [d for p in cl.get_platforms() for d in p.get_devices()]
-    except cl.Error:  # pyopencl's own loader found no platform
-        return None
-    for dev in devices:
-        if dev.name == name or (want and want.lower() in dev.name.lower()):
-            queue = cl.CommandQueue(cl.Context([dev]))
-            return cl_tools.MemoryPool(cl_tools.ImmediateAllocator(queue))
-    return None
-
-
-def _ns_per_hit(pool, size, iters, reps):
-    pool.allocate(size).release()
-    times = []
-    for _ in range(reps + 2):
-        t0 = time.perf_counter()
-        for _ in range(iters):
-            pool.allocate(size).release()
-        times.append((time.perf_counter() - t0) * 1e9 / iters)
-    return statistics.median(times[2:])
-
-
 def bench_pool(backend, reps=15, quick=False):
-    """The pool figures on ``backend``: per size ``hit_ns/<size>`` (an ``allocate`` and
-    ``release`` from Python, against the same hit in Rust) and on OpenCL
-    ``vs_pyopencl/<size>`` (against pyopencl's ``MemoryPool`` on the same device, when
-    pyopencl is installed)."""
-    iters = 200 if quick else 5000
-    pool = MemoryPool(backend)
-    other = _pyopencl_pool() if backend.name == "opencl" else None
-    out = []
-    for size in POOL_SIZES:
-        py = _ns_per_hit(pool, size, iters, reps)
-        rust = statistics.median(_pool_hit_ns(pool, size, iters) for _ in range(reps))
-        out.append(_entry(f"hit_ns/{size}", py, "ns", rust))
-        if other is not None:
-            out.append(_entry(f"vs_pyopencl/{size}", py, "ns", _ns_per_hit(other, size, iters, reps)))
-    return out
+    """``gpubuf.bench_pool``: the pool's hit, against Rust and pyopencl's pool."""
+    from .bench_pool import bench_pool as run_pool
+
+    return run_pool(backend, reps=reps, quick=quick)
 
 
 def bench_zarr(backend, reps=15, quick=False):
