@@ -18,8 +18,14 @@ use pyo3::prelude::*;
 use pyo3::types::{PyList, PyTuple};
 use pyo3::{PyTraverseError, PyVisit};
 
-/// A batch buffer like dolphin's ``Bufferizer``: ``buffer_size`` elements of ``shape`` and
-/// ``dtype`` on ``backend`` (default: a new CPU device), allocated once and zeroed.
+/// A batch buffer like dolphin's ``Bufferizer(shape, buffer_size, dtype, stream=None,
+/// flush_hook=None, allocate_hook=None, append_one_hook=None, append_multiple_hook=None,
+/// buffer_full_hook=None)``: ``buffer_size`` elements of ``shape`` and ``dtype``,
+/// allocated once and zeroed, on the keyword-only ``backend`` (default: a new CPU device;
+/// a ``gpubuf.Backend`` given in the fourth position is taken as the backend). ``stream``
+/// is a CUDA stream (an int handle, CuPy's, pycuda's, numba's or one with
+/// ``__cuda_stream__``) the buffer's copies and fills are queued on; with one the backend
+/// is CUDA (``Backend("cuda")`` unless given).
 ///
 /// Appends take numpy arrays, objects with ``__dlpack__`` and ``gpubuf.NDBuffer``s (on the
 /// bufferizer's backend, or on the CPU backend, which any bufferizer reads), of the
@@ -39,6 +45,8 @@ pub struct PyBufferizer {
     pub(crate) dtype: DType,
     element_shape: Vec<usize>,
     capacity: usize,
+    /// The foreign stream object the buffer's work runs on (kept alive with it).
+    stream_owner: Option<Py<PyAny>>,
 }
 
 impl PyBufferizer {
@@ -98,12 +106,17 @@ fn build<T: Typed>(
     shape: &[usize],
     capacity: usize,
     events: &Events,
+    stream: Option<&gpubuf::device::Stream>,
 ) -> gpubuf::Result<AnyBufferizer> {
     let rec = |e: Event| {
         let events = events.clone();
         move |_: &Bufferizer<Device, T>| events.lock().push(e)
     };
-    let b = Bufferizer::<Device, T>::builder(device, shape, capacity)
+    let mut builder = Bufferizer::<Device, T>::builder(device, shape, capacity);
+    if let Some(s) = stream {
+        builder = builder.stream(s);
+    }
+    let b = builder
         .on_flush(rec(Event::Flush))
         .on_allocate(rec(Event::Allocate))
         .on_append_one(rec(Event::AppendOne))
@@ -126,27 +139,30 @@ fn hook_arg(name: &str, hook: Option<Bound<'_, PyAny>>) -> PyResult<Option<Py<Py
 #[pymethods]
 impl PyBufferizer {
     /// A bufferizer of ``buffer_size`` elements of ``shape`` (an int or a tuple) and
-    /// ``dtype`` on ``backend`` (default: a new CPU device), zeroed; the hooks as dolphin's
-    /// (none fires for this first allocation).
+    /// ``dtype`` on ``backend`` (default: a new CPU device; CUDA with a ``stream``), zeroed;
+    /// the arguments and hooks as dolphin's (none fires for this first allocation).
     ///
     /// Raises ``InvalidArgumentError`` for a zero or negative ``buffer_size``, a negative
-    /// extent, a size that overflows or a hook that is not callable; ``DTypeMismatchError``
-    /// for a dtype gpubuf has no type for; ``OutOfMemoryError``.
+    /// extent, a size that overflows, a hook that is not callable, a stream that is not
+    /// one or a backend given twice; ``DTypeMismatchError`` for a dtype gpubuf has no type
+    /// for; ``DeviceMismatchError`` for a stream off CUDA or of another context;
+    /// ``BackendUnavailableError`` for a stream where CUDA cannot run; ``OutOfMemoryError``.
     #[new]
-    #[pyo3(signature = (shape, buffer_size, dtype, backend = None, *, flush_hook = None, allocate_hook = None,
-        append_one_hook = None, append_multiple_hook = None, buffer_full_hook = None))]
+    #[pyo3(signature = (shape, buffer_size, dtype, stream = None, flush_hook = None, allocate_hook = None,
+        append_one_hook = None, append_multiple_hook = None, buffer_full_hook = None, *, backend = None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         shape: &Bound<'_, PyAny>,
         buffer_size: &Bound<'_, PyAny>,
         dtype: &Bound<'_, PyAny>,
-        backend: Option<&PyBackend>,
+        stream: Option<Bound<'_, PyAny>>,
         flush_hook: Option<Bound<'_, PyAny>>,
         allocate_hook: Option<Bound<'_, PyAny>>,
         append_one_hook: Option<Bound<'_, PyAny>>,
         append_multiple_hook: Option<Bound<'_, PyAny>>,
         buffer_full_hook: Option<Bound<'_, PyAny>>,
+        backend: Option<&PyBackend>,
     ) -> PyResult<Self> {
         let element_shape = shape_arg(shape)?;
         let capacity =
@@ -161,10 +177,28 @@ impl PyBufferizer {
             hook_arg(HOOK_NAMES[3], append_multiple_hook)?,
             hook_arg(HOOK_NAMES[4], buffer_full_hook)?,
         ];
-        let device = device_of(backend);
+        // A gpubuf.Backend in dolphin's stream position names the backend.
+        let stream = stream.filter(|s| !s.is_none());
+        let (device, stream) = match stream {
+            Some(s) if s.cast::<PyBackend>().is_ok() => {
+                if backend.is_some() {
+                    return Err(invalid("the backend is given twice (as the fourth argument and backend=)"));
+                }
+                (s.cast::<PyBackend>()?.get().device.clone(), None)
+            }
+            Some(s) => {
+                let device = match backend {
+                    Some(b) => b.device.clone(),
+                    None => py.detach(|| Device::new(gpubuf::BackendKind::Cuda)).py()?,
+                };
+                let gs = crate::cuda_stream::foreign(&device, &s)?;
+                (device, Some((gs, s.unbind())))
+            }
+            None => (device_of(backend), None),
+        };
         let events = Events::default();
-        let (d, s, e) = (&device, &element_shape, &events);
-        let inner = py.detach(move || with_dtype!(dtype, T => build::<T>(d, s, capacity, e))).py()?;
+        let (d, sh, e, st) = (&device, &element_shape, &events, stream.as_ref().map(|(g, _)| g));
+        let inner = py.detach(move || with_dtype!(dtype, T => build::<T>(d, sh, capacity, e, st))).py()?;
         Ok(PyBufferizer {
             inner: Mutex::new(inner),
             events,
@@ -173,6 +207,7 @@ impl PyBufferizer {
             dtype,
             element_shape,
             capacity,
+            stream_owner: stream.map(|(_, o)| o),
         })
     }
 
@@ -354,6 +389,9 @@ impl PyBufferizer {
     }
 
     fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        if let Some(s) = &self.stream_owner {
+            visit.call(s)?;
+        }
         if let Some(hooks) = self.hooks.try_lock() {
             for h in hooks.iter().flatten() {
                 visit.call(h)?;

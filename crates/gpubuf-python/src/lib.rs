@@ -43,6 +43,7 @@ pub mod bufferizer;
 pub mod bufferizer_append;
 pub mod bufferizer_types;
 pub mod cuda;
+pub mod cuda_stream;
 pub mod dlpack;
 pub mod dlpack_cuda;
 pub mod dlpack_tensor;
@@ -86,7 +87,7 @@ fn gpubuf_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<bufferizer::PyBufferizer>()?;
     mirror::register(m)?;
     m.add_function(wrap_pyfunction!(dlpack::from_dlpack, m)?)?;
-    m.add_function(wrap_pyfunction!(pyopencl::_adopt_cl_mem, m)?)?;
+    m.add_function(wrap_pyfunction!(pyopencl::_adopt_pyopencl, m)?)?;
     m.add_function(wrap_pyfunction!(dlpack::_read_dlpack_capsule, m)?)?;
     m.add_function(wrap_pyfunction!(dlpack::_dlpack_consumer_stream, m)?)?;
     m.add_class::<pool::PyMemoryPool>()?;

@@ -33,31 +33,42 @@ pub enum Kind {
     Queue,
 }
 
-/// The pyopencl class of `obj`, if it is (or derives from) a pyopencl context or queue.
-pub fn kind_of(obj: &Bound<'_, PyAny>) -> Option<Kind> {
-    let mro = obj.get_type().mro();
-    mro.iter().find_map(|t| {
-        let t = t.cast_into::<PyType>().ok()?;
-        let module = t.module().ok()?.to_string();
-        if !module.starts_with("pyopencl") {
-            return None;
-        }
-        match t.name().ok()?.to_string().as_str() {
-            "Context" => Some(Kind::Context),
-            "CommandQueue" => Some(Kind::Queue),
-            _ => None,
-        }
-    })
+/// pyopencl's class `name`, when pyopencl is imported (a pyopencl object exists only
+/// then; it is not imported here).
+fn class<'py>(py: Python<'py>, name: &str) -> Option<Bound<'py, PyType>> {
+    let modules = py.import("sys").ok()?.getattr("modules").ok()?;
+    let cl = modules.get_item("pyopencl").ok()?;
+    cl.getattr(name).ok()?.cast_into::<PyType>().ok()
 }
 
-/// A handle from a pyopencl object's `int_ptr`.
-fn handle(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<usize> {
-    let v: usize = obj
-        .getattr("int_ptr")
+/// The pyopencl class of `obj`, if it is a pyopencl context or queue (an instance of
+/// pyopencl's own classes, so that its `int_ptr` is a handle pyopencl holds).
+pub fn kind_of(obj: &Bound<'_, PyAny>) -> Option<Kind> {
+    let py = obj.py();
+    let is = |name: &str| class(py, name).is_some_and(|c| obj.is_instance(&c).unwrap_or(false));
+    if is("Context") {
+        Some(Kind::Context)
+    } else if is("CommandQueue") {
+        Some(Kind::Queue)
+    } else {
+        None
+    }
+}
+
+/// Attribute `attr` of `obj` as pyopencl's class `base` defines it (its descriptor, so a
+/// subclass cannot substitute its own value).
+fn base_attr<'py>(obj: &Bound<'py, PyAny>, base: &str, attr: &str) -> PyResult<Bound<'py, PyAny>> {
+    let cls = class(obj.py(), base).ok_or_else(|| invalid(format!("pyopencl.{base} is not available")))?;
+    cls.getattr(attr)?.call_method1("__get__", (obj, &cls))
+}
+
+/// The handle of a pyopencl object of class `base` (its `int_ptr`).
+fn handle(obj: &Bound<'_, PyAny>, base: &str) -> PyResult<usize> {
+    let v: usize = base_attr(obj, base, "int_ptr")
         .and_then(|p| p.extract())
-        .map_err(|e| invalid(format!("the pyopencl {what} has no usable int_ptr ({e})")))?;
+        .map_err(|e| invalid(format!("the pyopencl {base} has no usable int_ptr ({e})")))?;
     if v == 0 {
-        return Err(invalid(format!("the pyopencl {what} was released")));
+        return Err(invalid(format!("the pyopencl {base} was released")));
     }
     Ok(v)
 }
@@ -71,8 +82,14 @@ fn handle(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<usize> {
 pub fn device_of(py: Python<'_>, obj: &Bound<'_, PyAny>) -> PyResult<Option<Device>> {
     let Some(kind) = kind_of(obj) else { return Ok(None) };
     let (context, queue) = match kind {
-        Kind::Context => (handle(obj, "context")?, 0),
-        Kind::Queue => (handle(&obj.getattr("context")?, "context")?, handle(obj, "queue")?),
+        Kind::Context => (handle(obj, "Context")?, 0),
+        Kind::Queue => {
+            let context = base_attr(obj, "CommandQueue", "context")?;
+            if kind_of(&context) != Some(Kind::Context) {
+                return Err(invalid("the queue's context is not a pyopencl.Context"));
+            }
+            (handle(&context, "Context")?, handle(obj, "CommandQueue")?)
+        }
     };
     let device = py
         .detach(move || {
@@ -104,21 +121,23 @@ pub fn buffer<'py>(py: Python<'py>, cl_mem: usize) -> PyResult<Bound<'py, PyAny>
     py.import("pyopencl")?.getattr("Buffer")?.call_method1("from_int_ptr", (cl_mem, true))
 }
 
-/// A gpubuf array over the memory of a ``pyopencl.Buffer`` (no copy): ``owner`` is the
-/// pyopencl queue or context whose device the array gets (``Backend.from_pyopencl``),
-/// ``int_ptr`` the buffer's ``cl_mem`` (gpubuf retains it), then the layout in bytes.
+/// A gpubuf array over the memory of ``buffer``, a ``pyopencl.Buffer`` (no copy):
+/// ``owner`` is the pyopencl queue or context whose device the array gets
+/// (``Backend.from_pyopencl``), then the layout in bytes. The handle is read from the
+/// pyopencl object (gpubuf retains it), never taken as a number.
 ///
-/// Raises ``InvalidArgumentError`` for a layout outside the buffer or strides that are not
-/// whole elements, a read-only buffer or one gpubuf's own memory holds (use that array),
-/// ``DeviceMismatchError`` for a buffer of another context.
+/// Raises ``InvalidArgumentError`` for an object that is not a pyopencl buffer, a layout
+/// outside the buffer or strides that are not whole elements, a read-only buffer or one
+/// gpubuf's own memory holds (use that array), ``DeviceMismatchError`` for a buffer of
+/// another context.
 ///
 /// # Errors
 /// As the docstring says.
 #[pyfunction]
-pub fn _adopt_cl_mem(
+pub fn _adopt_pyopencl(
     py: Python<'_>,
     owner: &Bound<'_, PyAny>,
-    int_ptr: usize,
+    buffer: &Bound<'_, PyAny>,
     shape: Vec<usize>,
     strides: Vec<isize>,
     dtype: &Bound<'_, PyAny>,
@@ -134,9 +153,11 @@ pub fn _adopt_cl_mem(
             "strides {strides:?} and offset {offset} for shape {shape:?} are not whole {size}-byte elements"
         )));
     }
-    if int_ptr == 0 {
-        return Err(invalid("a null cl_mem"));
+    let is_buffer = class(py, "Buffer").is_some_and(|c| buffer.is_instance(&c).unwrap_or(false));
+    if !is_buffer {
+        return Err(invalid("the memory to adopt is a pyopencl.Buffer"));
     }
+    let int_ptr = handle(buffer, "MemoryObjectHolder")?;
     let cl = device.as_opencl().cloned().ok_or_else(|| invalid("the owner's device is not OpenCL"))?;
     let memory = match adopted(int_ptr) {
         Some(m) => m,

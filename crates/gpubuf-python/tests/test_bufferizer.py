@@ -1,6 +1,7 @@
 """Bufferizer: dolphin's API, its hook order, all-or-nothing appends, hostile inputs, no leaks."""
 
 import gc
+from types import SimpleNamespace
 import tracemalloc
 
 import numpy as np
@@ -256,3 +257,37 @@ def test_an_array_on_another_device_is_a_typed_error(cpu):
     assert len(b) == 0
     b.append_one(other.to_numpy())  # through the host
     assert b.filled.to_numpy().tolist() == [[1, 1]]
+
+
+def test_dolphins_positional_signature_and_streams(backend):
+    calls = []
+    # dolphin's order: shape, buffer_size, dtype, stream, flush, allocate, append_one,
+    # append_multiple, buffer_full.
+    b = gpubuf.Bufferizer(
+        (2,), 2, "float32", None,
+        lambda bz: calls.append("flush"), lambda bz: calls.append("allocate"),
+        lambda bz: calls.append("one"), lambda bz: calls.append("multiple"), lambda bz: calls.append("full"),
+        backend=backend,
+    )
+    assert b.backend.same_device(backend)
+    b.append_one(np.ones(2, "float32"))
+    b.append_multiple(np.ones((1, 2), "float32"))
+    b.allocate()
+    assert calls == ["one", "multiple", "full", "allocate", "flush"]
+    # A backend in the stream position is the backend; given twice it is refused.
+    assert gpubuf.Bufferizer((2,), 2, "float32", backend).backend.same_device(backend)
+    with pytest.raises(gpubuf.InvalidArgumentError, match="twice"):
+        gpubuf.Bufferizer((2,), 2, "float32", backend, backend=backend)
+    # A stream needs CUDA: refused on this backend, whatever the stream object.
+    for stream in (0, 7, SimpleNamespace(ptr=7), SimpleNamespace(handle=7)):
+        with pytest.raises(gpubuf.DeviceMismatchError, match="CUDA stream"):
+            gpubuf.Bufferizer((2,), 2, "float32", stream, backend=backend)
+    for bad in ("stream", 2.5, True, SimpleNamespace(ptr="x"), SimpleNamespace(__cuda_stream__=lambda: 3)):
+        with pytest.raises(gpubuf.InvalidArgumentError):
+            gpubuf.Bufferizer((2,), 2, "float32", bad, backend=backend)
+
+
+@pytest.mark.skipif("cuda" in gpubuf.available_backends(), reason="CUDA can run here")
+def test_a_stream_without_cuda_is_backend_unavailable():
+    with pytest.raises(gpubuf.BackendUnavailableError):
+        gpubuf.Bufferizer((2,), 2, "float32", 0)

@@ -111,3 +111,25 @@ def test_halo_transformer_on_cuda_matches_cpu(cuda):
         t.async_unpack([data])
         t.synchronize()
     np.testing.assert_array_equal(packed["cupy"], packed["numpy"])
+
+
+def test_bufferizer_on_a_foreign_stream(cuda):
+    """dolphin's ``Bufferizer(shape, buffer_size, dtype, stream)`` on a stream another
+    library made (here the driver's own ``cuStreamCreate``, as CuPy and pycuda make theirs)."""
+    import ctypes
+
+    lib = ctypes.CDLL("libcuda.so.1")
+    cuda.synchronize()  # the backend's context is current on this thread
+    handle = ctypes.c_void_p()
+    assert lib.cuStreamCreate(ctypes.byref(handle), 1) == 0
+    try:
+        calls = []
+        b = gpubuf.Bufferizer((2, 3), 4, "float32", handle.value, None, None, calls.append, None, calls.append)
+        assert b.backend.name == "cuda"
+        for i in range(4):
+            b.append_one(np.full((2, 3), i, "float32"))
+        assert calls == [b] * 5  # four append_one_hook calls, then buffer_full_hook
+        np.testing.assert_array_equal(b.buffer.to_numpy()[:, 0, 0], [0, 1, 2, 3])
+        del b
+    finally:
+        assert lib.cuStreamDestroy_v2(handle) == 0

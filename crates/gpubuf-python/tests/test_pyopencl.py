@@ -178,3 +178,23 @@ def test_install_swaps_pyopencl_tools_names(queue):
         pool = cl_tools.MemoryPool(cl_tools.ImmediateAllocator(queue))
         assert isinstance(pool.allocate(10), cl.Buffer)
     assert cl_tools.MemoryPool is before and not gpyopencl.is_installed()
+
+
+def test_handles_are_read_from_pyopencls_own_objects(queue):
+    class Evil(cl.Context):
+        int_ptr = 12345  # a subclass cannot make gpubuf use another number
+
+    evil = Evil([queue.device])
+    b = gpubuf.Backend.from_pyopencl(evil)
+    assert b.name == "opencl"
+    fake = type("Context", (), {"int_ptr": 12345, "__module__": "pyopencl"})()
+    with pytest.raises(gpubuf.InvalidArgumentError):
+        gpubuf.Backend.from_pyopencl(fake)
+
+    class EvilBuffer(cl.Buffer):
+        int_ptr = 12345
+
+    buf = EvilBuffer(queue.context, cl.mem_flags.READ_WRITE, 32)
+    assert gpyopencl.to_gpubuf(buf, queue).shape == (32,)
+    with pytest.raises(gpubuf.InvalidArgumentError):
+        gpubuf._gpubuf._adopt_pyopencl(queue, fake, [4], [1], "uint8", 0)

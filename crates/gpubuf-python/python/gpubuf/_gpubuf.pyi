@@ -76,6 +76,9 @@ class Backend:
     """A device of one backend, chosen by name at run time: "cpu", "opencl" or "cuda"."""
 
     def __init__(self, name: str = "cpu") -> None: ...
+    @staticmethod
+    def from_pyopencl(obj: Any) -> Backend:
+        """The OpenCL backend over a pyopencl Context or CommandQueue (the same context)."""
     @property
     def name(self) -> str:
         """The backend's name: "cpu", "opencl" or "cuda"."""
@@ -227,22 +230,23 @@ _Hook = Optional[Callable[["Bufferizer"], Any]]
 
 class Bufferizer:
     """dolphin's batch buffer: ``buffer_size`` elements of ``shape`` and ``dtype`` on
-    ``backend``, zeroed; all-or-nothing appends of numpy arrays, ``__dlpack__`` objects and
-    NDBuffers of its dtype (an input sharing memory with the buffer is copied first); hooks
-    called with the bufferizer after each operation."""
+    ``backend`` (CUDA with a ``stream``), zeroed; all-or-nothing appends of numpy arrays,
+    ``__dlpack__`` objects and NDBuffers of its dtype (an input sharing memory with the
+    buffer is copied first); hooks called with the bufferizer after each operation."""
 
     def __init__(
         self,
         shape: _Shape,
         buffer_size: int,
         dtype: _DType,
-        backend: Optional[Backend] = None,
-        *,
+        stream: Any = None,
         flush_hook: _Hook = None,
         allocate_hook: _Hook = None,
         append_one_hook: _Hook = None,
         append_multiple_hook: _Hook = None,
         buffer_full_hook: _Hook = None,
+        *,
+        backend: Optional[Backend] = None,
     ) -> None: ...
     def append_one(self, element: Any) -> None:
         """One element of ``element_shape``; then append_one_hook, buffer_full_hook when full."""
@@ -310,6 +314,9 @@ class Mirror(np.ndarray):
     def mark_dirty(self) -> None:
         """Marks every byte of this view as written (after writes that bypass the array)."""
 
+def _adopt_pyopencl(
+    owner: Any, buffer: Any, shape: List[int], strides: List[int], dtype: _DType, offset: int
+) -> NDBuffer: ...
 def from_dlpack(obj: Any, backend: Optional[Backend] = None) -> NDBuffer:
     """Any object with ``__dlpack__`` on ``backend``. Host memory: shared on the CPU where
     ``NDBuffer.from_numpy`` would share it, else a copy. CUDA memory (kDLCUDA): adopted without
@@ -331,14 +338,24 @@ def _read_dlpack_capsule(capsule: Any) -> Tuple[Tuple[int, int], str, List[int],
 def _dlpack_consumer_stream(device_type: int, stream: Any = None) -> Optional[int]: ...
 
 class ImmediateAllocator:
-    """Pool memory exists when ``allocate`` returns."""
+    """pyopencl's: memory exists when a call returns; over a Backend or a pyopencl queue."""
 
-    def __init__(self, backend: Backend) -> None: ...
+    def __init__(self, queue: Any, mem_flags: Optional[int] = None) -> None: ...
+    def __call__(self, size: int) -> Any:
+        """New memory of ``size`` bytes (a pyopencl.Buffer, or a uint8 NDBuffer for a
+        backend); None for 0 bytes."""
+    @property
+    def backend(self) -> Backend: ...
 
 class DeferredAllocator:
-    """The backend may back pool memory on first use."""
+    """pyopencl's: the device may back memory on first use; over a Backend or a pyopencl
+    context."""
 
-    def __init__(self, backend: Backend) -> None: ...
+    def __init__(self, context: Any, mem_flags: Optional[int] = None) -> None: ...
+    def __call__(self, size: int) -> Any:
+        """As ``ImmediateAllocator``'s."""
+    @property
+    def backend(self) -> Backend: ...
 
 class PooledBuffer:
     """A block on loan from a MemoryPool."""
@@ -351,6 +368,9 @@ class PooledBuffer:
         """The block's real size, or None once released."""
     @property
     def released(self) -> bool: ...
+    @property
+    def int_ptr(self) -> int:
+        """The block's cl_mem, for a block that starts its OpenCL buffer."""
     @property
     def backend(self) -> Backend: ...
     def release(self) -> None:
@@ -374,8 +394,9 @@ class MemoryPool:
         leading_bits_in_bin_id: int = 4,
         limit: Union[int, float, None] = None,
     ) -> None: ...
-    def allocate(self, size: int) -> PooledBuffer: ...
-    def __call__(self, size: int) -> PooledBuffer: ...
+    def allocate(self, size: int) -> Any:
+        """A PooledBuffer (a gpubuf.pyopencl.PooledBuffer for a pool over pyopencl objects)."""
+    def __call__(self, size: int) -> Any: ...
     def empty(self, shape: _Shape, dtype: _DType = None) -> NDBuffer: ...
     def zeros(self, shape: _Shape, dtype: _DType = None) -> NDBuffer: ...
     @property

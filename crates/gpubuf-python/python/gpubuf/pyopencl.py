@@ -34,7 +34,7 @@ from typing import Any, Dict, Iterator, Optional
 
 import pyopencl as _cl
 
-from ._gpubuf import DeferredAllocator, ImmediateAllocator, InvalidArgumentError, MemoryPool, _adopt_cl_mem
+from ._gpubuf import DeferredAllocator, ImmediateAllocator, InvalidArgumentError, MemoryPool, _adopt_pyopencl
 
 __all__ = ["PooledBuffer", "install", "installed", "is_installed", "to_gpubuf", "uninstall"]
 
@@ -108,10 +108,10 @@ def to_gpubuf(obj, queue=None):
             )
         if base is None:  # an empty array has no buffer
             raise InvalidArgumentError("an array without memory (size 0) cannot be adopted")
-        return _adopt_cl_mem(owner, base.int_ptr, list(obj.shape), list(obj.strides), obj.dtype, obj.offset)
+        return _adopt_pyopencl(owner, base, list(obj.shape), list(obj.strides), obj.dtype, obj.offset)
     if isinstance(obj, _cl.Buffer):
         owner = queue if queue is not None else obj.context
-        return _adopt_cl_mem(owner, obj.int_ptr, [obj.size], [1], "uint8", 0)
+        return _adopt_pyopencl(owner, obj, [obj.size], [1], "uint8", 0)
     raise InvalidArgumentError(f"to_gpubuf takes a pyopencl.array.Array or pyopencl.Buffer, not {type(obj).__name__}")
 
 
