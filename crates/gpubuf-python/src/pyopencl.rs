@@ -177,7 +177,7 @@ pub fn _adopt_pyopencl(
             m
         }
     };
-    if !device.as_opencl().is_some_and(|b| b.context().get() as usize == memory.context_handle()) {
+    if device.as_opencl().is_none_or(|b| b.context().get() as usize != memory.context_handle()) {
         return Err(crate::errors::to_py(Error::DeviceMismatch(
             "the buffer belongs to another OpenCL context than the owner's".into(),
         )));
