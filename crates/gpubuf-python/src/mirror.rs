@@ -35,6 +35,7 @@ pub struct PyMirrorCore {
     /// The mirror's device buffer.
     device: gpubuf::Buffer<Device>,
     policy: DirtyPolicy,
+    policy_name: &'static str,
     shape: Vec<usize>,
     dtype: DType,
     nbytes: usize,
@@ -52,9 +53,9 @@ impl PyMirrorCore {
         backend: Option<&PyBackend>,
         policy: &str,
     ) -> PyResult<Self> {
-        let policy = match policy {
-            "hull" => DirtyPolicy::hull(),
-            "exact" => DirtyPolicy::exact(),
+        let (policy, policy_name) = match policy {
+            "hull" => (DirtyPolicy::hull(), "hull"),
+            "exact" => (DirtyPolicy::exact(), "exact"),
             other => return Err(invalid(format!("policy {other:?} is neither \"hull\" nor \"exact\""))),
         };
         let dtype = from_numpy_dtype(&host.dtype())?;
@@ -78,6 +79,7 @@ impl PyMirrorCore {
             mirror: Mutex::new(mirror),
             dirty: Mutex::new(RangeSet::default()),
             policy,
+            policy_name,
             shape,
             dtype,
             nbytes,
@@ -148,6 +150,18 @@ impl PyMirrorCore {
         Ok(PyNDBuffer { array })
     }
 
+    /// The dirty policy's name, ``"hull"`` or ``"exact"``.
+    #[getter]
+    fn policy(&self) -> &'static str {
+        self.policy_name
+    }
+
+    /// The backend the data is mirrored on.
+    #[getter]
+    fn backend(&self) -> PyBackend {
+        PyBackend::new(self.device.backend().clone())
+    }
+
     /// The bytes of the array.
     #[getter]
     fn nbytes(&self) -> usize {
@@ -172,10 +186,37 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
 /// The Python source of `gpubuf.Mirror`.
 const MIRROR_PY: &std::ffi::CStr = c_str!(
     r#"
+import inspect
+
 import numpy as np
 
 # numpy functions that write into their first argument.
 _WRITERS = {np.copyto, np.put, np.place, np.putmask, np.fill_diagonal, np.put_along_axis}
+# Per numpy function: the position of its ``out`` parameter, None without one, -1 when its
+# signature cannot be read (every array argument then counts as written).
+_OUT_AT = {}
+
+
+def _written(func, args, kwargs):
+    """The arrays a call of the numpy function ``func`` writes: its first argument for
+    ``_WRITERS``, and its ``out`` (keyword or positional)."""
+    found = [args[0]] if func in _WRITERS and args else []
+    out = kwargs.get("out")
+    if out is not None:
+        found.extend(out if isinstance(out, tuple) else (out,))
+    if func not in _OUT_AT:
+        try:
+            names = list(inspect.signature(func).parameters)
+            _OUT_AT[func] = names.index("out") if "out" in names else None
+        except (TypeError, ValueError):
+            _OUT_AT[func] = -1
+    at = _OUT_AT[func]
+    if at == -1:
+        found.extend(args)
+    elif at is not None and len(args) > at:
+        o = args[at]
+        found.extend(o if isinstance(o, tuple) else (o,))
+    return [a for a in found if isinstance(a, Mirror)]
 
 
 def _extent(a):
@@ -273,9 +314,27 @@ class Mirror(np.ndarray):
 
     def __array_function__(self, func, types, args, kwargs):
         result = super().__array_function__(func, types, args, kwargs)
-        if func in _WRITERS and args and isinstance(args[0], Mirror):
-            args[0]._mark()
+        for a in _written(func, args, kwargs):
+            a._mark()
         return result
+
+    def partition(self, *args, **kwargs):
+        self.view(np.ndarray).partition(*args, **kwargs)
+        self._mark()
+
+    def byteswap(self, inplace=False):
+        out = self.view(np.ndarray).byteswap(inplace)
+        if inplace:
+            self._mark()
+            return self
+        return out
+
+    def setfield(self, *args, **kwargs):
+        self.view(np.ndarray).setfield(*args, **kwargs)
+        self._mark()
+
+    def resize(self, *args, **kwargs):
+        raise ValueError("a mirror's size is fixed: make a new Mirror")
 
     def fill(self, value):
         self.view(np.ndarray).fill(value)
@@ -322,6 +381,24 @@ class Mirror(np.ndarray):
         return self._core
 
     def __reduce__(self):
-        return (np.array, (self.view(np.ndarray),))
+        """Pickles as a mirror of a copy of this array's data, on a backend of the same
+        name (``Backend`` pickles so) with the same policy, its unsynced ranges still
+        pending; an array that is not a view of a mirror's data pickles as a plain array."""
+        data = np.array(self.view(np.ndarray), order="C", copy=True)
+        if self._core is None:
+            return (np.array, (data,))
+        pending = []
+        e = _extent(self)
+        if e is not None and self.flags.c_contiguous:
+            low, high = e[0] - self._base, e[1] - self._base
+            pending = [(max(a, low) - low, min(b, high) - low) for a, b in self._core.pending if a < high and b > low]
+        return (Mirror, (data, self._core.backend, self._core.policy), {"pending": pending})
+
+    def __reduce_ex__(self, protocol):
+        return self.__reduce__()
+
+    def __setstate__(self, state):
+        for start, stop in state.get("pending", ()):
+            self._core.mark(start, stop)
 "#
 );

@@ -61,6 +61,18 @@ def test_every_write_path_is_tracked(backend):
         ("mask", lambda m: m.__setitem__(m > 10, 0), (0, 64)),
         ("empty mask", lambda m: m.__setitem__(m > 100, 0), None),
         ("fancy", lambda m: m.__setitem__(([0, 3], [1, 2]), 9), (0, 64)),
+        ("dot out=", lambda m: np.dot(np.eye(2, dtype=np.float32), np.ones((2, 4), np.float32), out=m[1:3]), (16, 48)),
+        ("dot, out positional", lambda m: np.dot(np.ones(4, np.float32), np.ones((4, 4), np.float32), m[2]), (32, 48)),
+        ("take, out positional", lambda m: np.take(np.arange(8.0, dtype=np.float32), [1, 2, 3, 4], None, m[3]), (48, 64)),
+        ("cumsum out=", lambda m: np.cumsum(np.ones(4, np.float32), out=m[0]), (0, 16)),
+        ("sum out=", lambda m: np.sum(np.ones((3, 4), np.float32), axis=0, out=m[1]), (16, 32)),
+        ("einsum out=", lambda m: np.einsum("ij->ji", np.ones((4, 4), np.float32), out=m), (0, 64)),
+        ("concatenate out=", lambda m: np.concatenate([np.ones(2, np.float32)] * 2, out=m[2]), (32, 48)),
+        ("round out=", lambda m: np.round(np.ones(4, np.float32), 0, m[3]), (48, 64)),
+        ("partition", lambda m: m[0].partition(1), (0, 16)),
+        ("byteswap in place", lambda m: m[1].byteswap(True), (16, 32)),
+        ("byteswap copy", lambda m: m[1].byteswap(), None),
+        ("a read", lambda m: np.sum(m), None),
     ]
     for name, write, expected in writes:
         host = np.arange(16, dtype=np.float32).reshape(4, 4)[::-1].copy()
@@ -139,3 +151,26 @@ def test_the_documented_example_runs():
     assert snippets
     for code in snippets:
         exec(compile(code, "docs/python.md", "exec"), {})
+
+
+def test_pickling_keeps_the_tracking(backend):
+    import pickle
+
+    m = gpubuf.Mirror(np.arange(12, dtype=np.float32).reshape(3, 4), backend, policy="exact")
+    m.sync()
+    m[1, 1] = 50.0
+    m[2, 3] = 60.0
+    for protocol in range(2, pickle.HIGHEST_PROTOCOL + 1):
+        b = pickle.loads(pickle.dumps(m, protocol))
+        assert type(b) is gpubuf.Mirror and b.pending_ranges == m.pending_ranges, protocol
+        np.testing.assert_array_equal(b.view(np.ndarray), m.view(np.ndarray))
+        np.testing.assert_array_equal(device(b), b.view(np.ndarray))  # a fresh upload
+        b[0, 0] = -1.0  # still tracked
+        assert b.pending_ranges[0] == (0, 4)
+        assert b.device.backend.name == backend.name
+    row = pickle.loads(pickle.dumps(m[2]))  # a view: a mirror of its data
+    assert type(row) is gpubuf.Mirror and row.pending_ranges == [(12, 16)]
+    strided = pickle.loads(pickle.dumps(m[:, 1]))
+    assert type(strided) is gpubuf.Mirror and strided.tolist() == [1.0, 50.0, 9.0]
+    with pytest.raises(ValueError):
+        m.resize((4, 3))
