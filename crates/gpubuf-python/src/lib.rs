@@ -70,6 +70,7 @@ pub mod pooled_buffer;
 pub mod pyopencl;
 pub mod region;
 pub mod reshape;
+pub mod strided;
 
 use pyo3::prelude::*;
 
@@ -88,6 +89,7 @@ fn gpubuf_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     mirror::register(m)?;
     m.add_function(wrap_pyfunction!(dlpack::from_dlpack, m)?)?;
     m.add_function(wrap_pyfunction!(pyopencl::_adopt_pyopencl, m)?)?;
+    m.add_function(wrap_pyfunction!(strided::_strided_view, m)?)?;
     m.add_function(wrap_pyfunction!(dlpack::_read_dlpack_capsule, m)?)?;
     m.add_function(wrap_pyfunction!(dlpack::_dlpack_consumer_stream, m)?)?;
     m.add_class::<pool::PyMemoryPool>()?;

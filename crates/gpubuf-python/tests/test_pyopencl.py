@@ -145,6 +145,26 @@ def test_pyopencl_memory_adopted_without_copy(queue):
         gpyopencl.to_gpubuf(object())
 
 
+def buf_of(pool):
+    return pool.allocate(64)
+
+
+def test_arrays_on_gpubufs_pool_are_shared_not_copied(queue):
+    pool = gpubuf.MemoryPool(gpubuf.ImmediateAllocator(queue))
+    a = cl_array.arange(queue, 12, dtype=np.float32, allocator=pool).reshape(3, 4)
+    g = gpyopencl.to_gpubuf(a[1:])
+    assert (g.to_numpy() == np.arange(4, 12, dtype=np.float32).reshape(2, 4)).all()
+    g[0, 0] = 100.0  # one memory
+    queue.finish()
+    assert a.get()[1, 0] == 100.0
+    del a
+    gc.collect()
+    assert pool.active_blocks == 1, "the gpubuf view keeps the block"
+    del g
+    gc.collect()
+    assert pool.active_blocks == 0
+
+
 def test_bad_input_leaves_the_pool_usable(queue):
     pool = gpubuf.MemoryPool(gpubuf.ImmediateAllocator(queue))
     for bad in (-1, "8", 2.5, 2**70):
@@ -158,8 +178,14 @@ def test_bad_input_leaves_the_pool_usable(queue):
     b.release()
     with pytest.raises(gpubuf.InvalidArgumentError):
         b.release()  # freed twice
+    held = pool.allocate(64)
+    held.release()
     with pytest.raises(gpubuf.InvalidArgumentError):
-        gpyopencl.to_gpubuf(pool.allocate(64))  # a block of gpubuf's own pool
+        gpyopencl.to_gpubuf(held)  # released
+    with pytest.raises(gpubuf.OutOfBoundsError):
+        gpubuf._gpubuf._strided_view(gpyopencl.to_gpubuf(buf_of(pool)), [100], [1], "uint8", 0)  # past the block
+    with pytest.raises(gpubuf.InvalidArgumentError):
+        gpubuf._gpubuf._strided_view(gpyopencl.to_gpubuf(buf_of(pool)), [4], [3], "float32", 0)  # not whole elements
     released = cl.CommandQueue(queue.context)
     released.finish()
     with pytest.raises(gpubuf.InvalidArgumentError):
@@ -198,3 +224,16 @@ def test_handles_are_read_from_pyopencls_own_objects(queue):
     assert gpyopencl.to_gpubuf(buf, queue).shape == (32,)
     with pytest.raises(gpubuf.InvalidArgumentError):
         gpubuf._gpubuf._adopt_pyopencl(queue, fake, [4], [1], "uint8", 0)
+
+
+def test_the_documented_example_runs(queue):
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[3] / "docs" / "python.md").read_text()
+    section = text.split("### pyopencl code on gpubuf's pool: `gpubuf.pyopencl`", 1)[1].split("\n#", 1)[0]
+    blocks = [b.split("```", 1)[0] for b in section.split("```python\n")[1:]]
+    assert blocks
+    for code in blocks:
+        scope = {}
+        exec(compile(code, "docs/python.md", "exec"), scope)
+        assert scope["g"].to_numpy().tolist() == list(range(2000))

@@ -34,13 +34,28 @@ from typing import Any, Dict, Iterator, Optional
 
 import pyopencl as _cl
 
-from ._gpubuf import DeferredAllocator, ImmediateAllocator, InvalidArgumentError, MemoryPool, _adopt_pyopencl
+from ._gpubuf import (
+    DeferredAllocator,
+    ImmediateAllocator,
+    InvalidArgumentError,
+    MemoryPool,
+    _adopt_pyopencl,
+    _strided_view,
+)
+from ._gpubuf import PooledBuffer as _NativeBlock
 
 __all__ = ["PooledBuffer", "install", "installed", "is_installed", "to_gpubuf", "uninstall"]
 
 # The gpubuf block behind each PooledBuffer that has not given it back, by id(): the
-# subclass has no room for attributes (its layout must stay pyopencl's).
+# subclass has no room for attributes (its layout must stay pyopencl's). A
+# ``gpubuf.PooledBuffer``, or once ``to_gpubuf`` has seen the buffer a uint8 ``NDBuffer``
+# owning the block (it returns to the pool when that and every gpubuf view of it are gone).
 _blocks: Dict[int, Any] = {}
+
+
+def _give_back(entry) -> None:
+    if isinstance(entry, _NativeBlock):
+        entry.release()
 
 
 class PooledBuffer(_cl.Buffer):
@@ -51,12 +66,13 @@ class PooledBuffer(_cl.Buffer):
     __slots__ = ()
 
     def release(self) -> None:
-        """Returns the block to its pool now; the buffer cannot be used afterwards."""
+        """Returns the block to its pool now (once gpubuf views of it from ``to_gpubuf``
+        are gone, if any); the buffer cannot be used afterwards."""
         block = _blocks.pop(id(self), None)
         if block is None:
             raise InvalidArgumentError("the pooled buffer was already released")
         _cl.Buffer.release(self)
-        block.release()
+        _give_back(block)
 
     def bind_to_queue(self, queue) -> None:
         """pyopencl's: a no-op here (gpubuf's blocks are not bound to a queue)."""
@@ -71,7 +87,7 @@ class PooledBuffer(_cl.Buffer):
                 _cl.Buffer.release(self)
             except Exception:  # released by pyopencl's own Buffer.release meanwhile
                 pass
-            block.release()
+            _give_back(block)
 
 
 def _pooled(block) -> PooledBuffer:
@@ -90,29 +106,43 @@ def to_gpubuf(obj, queue=None):
     queue, else of the context; work queued on the array's events is waited for unless
     it runs on that same queue.
 
+    Memory from a gpubuf pool (a :class:`PooledBuffer`) is shared with the pool's block,
+    which then returns to the pool once the pyopencl buffer and every gpubuf view of it
+    are gone.
+
     Raises ``InvalidArgumentError`` for a read-only buffer, strides that are not whole
-    elements, or a block of a gpubuf pool (use the pool's own arrays);
-    ``DeviceMismatchError`` for memory of another context than ``queue``'s."""
+    elements or a released pooled buffer; ``DeviceMismatchError`` for memory of another
+    context than ``queue``'s."""
     import pyopencl.array as cl_array
 
     if isinstance(obj, PooledBuffer):
-        raise InvalidArgumentError("a block of a gpubuf pool: allocate gpubuf arrays with MemoryPool.empty instead")
+        return _strided_view(_block_array(obj), [obj.size], [1], "uint8", 0)
     if isinstance(obj, cl_array.Array):
         owner = queue if queue is not None else (obj.queue if obj.queue is not None else obj.context)
         if obj.events and owner is not obj.queue:
             _cl.wait_for_events(obj.events)
         base = obj.base_data
-        if isinstance(base, PooledBuffer):
-            raise InvalidArgumentError(
-                "the array's memory is a block of a gpubuf pool: allocate gpubuf arrays with MemoryPool.empty instead"
-            )
         if base is None:  # an empty array has no buffer
             raise InvalidArgumentError("an array without memory (size 0) cannot be adopted")
+        if isinstance(base, PooledBuffer):
+            return _strided_view(_block_array(base), list(obj.shape), list(obj.strides), obj.dtype, obj.offset)
         return _adopt_pyopencl(owner, base, list(obj.shape), list(obj.strides), obj.dtype, obj.offset)
     if isinstance(obj, _cl.Buffer):
         owner = queue if queue is not None else obj.context
         return _adopt_pyopencl(owner, obj, [obj.size], [1], "uint8", 0)
     raise InvalidArgumentError(f"to_gpubuf takes a pyopencl.array.Array or pyopencl.Buffer, not {type(obj).__name__}")
+
+
+def _block_array(buf: PooledBuffer):
+    """The uint8 gpubuf array owning the block of ``buf`` (made from its gpubuf block the
+    first time)."""
+    entry = _blocks.get(id(buf))
+    if entry is None:
+        raise InvalidArgumentError("the pooled buffer was released")
+    if isinstance(entry, _NativeBlock):
+        entry = entry.as_ndbuffer((entry.size,), "uint8")
+        _blocks[id(buf)] = entry
+    return entry
 
 
 _NAMES = ("MemoryPool", "ImmediateAllocator", "DeferredAllocator")
