@@ -116,7 +116,7 @@ def to_gpubuf(obj, queue=None):
     import pyopencl.array as cl_array
 
     if isinstance(obj, PooledBuffer):
-        return _strided_view(_block_array(obj), [obj.size], [1], "uint8", 0)
+        return _block_array(obj)[:]  # the bytes asked for (obj.size is the block's)
     if isinstance(obj, cl_array.Array):
         owner = queue if queue is not None else (obj.queue if obj.queue is not None else obj.context)
         if obj.events and owner is not obj.queue:
