@@ -42,6 +42,7 @@ pub mod bench;
 pub mod bufferizer;
 pub mod bufferizer_append;
 pub mod bufferizer_types;
+pub mod cl_pooled;
 pub mod cuda;
 pub mod cuda_stream;
 pub mod dlpack;
@@ -90,6 +91,8 @@ fn gpubuf_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(dlpack::from_dlpack, m)?)?;
     m.add_function(wrap_pyfunction!(pyopencl::_adopt_pyopencl, m)?)?;
     m.add_function(wrap_pyfunction!(strided::_strided_view, m)?)?;
+    m.add_function(wrap_pyfunction!(cl_pooled::_pyopencl_give_back, m)?)?;
+    m.add_function(wrap_pyfunction!(cl_pooled::_pyopencl_block_array, m)?)?;
     m.add_function(wrap_pyfunction!(dlpack::_read_dlpack_capsule, m)?)?;
     m.add_function(wrap_pyfunction!(dlpack::_dlpack_consumer_stream, m)?)?;
     m.add_class::<pool::PyMemoryPool>()?;

@@ -46,9 +46,9 @@ fn limit_arg(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Limit>> {
 pub struct PyMemoryPool {
     pub(crate) pool: MemoryPool<GilAllocator>,
     bits: u32,
-    /// For a pool made from pyopencl objects: `gpubuf.pyopencl._pooled`, which hands a
-    /// block to pyopencl as a `pyopencl.Buffer` subclass.
-    wrap: Option<Py<PyAny>>,
+    /// Made from pyopencl objects: blocks go to pyopencl as `pyopencl.Buffer` subclass
+    /// objects ([`crate::cl_pooled`]).
+    for_pyopencl: bool,
 }
 
 #[pymethods]
@@ -90,12 +90,7 @@ impl PyMemoryPool {
             ..PoolConfig::default()
         };
         let pool = MemoryPool::with_config(GilAllocator { device }, config).py()?;
-        let wrap = if from_cl {
-            Some(allocator.py().import("gpubuf.pyopencl")?.getattr("_pooled")?.unbind())
-        } else {
-            None
-        };
-        Ok(PyMemoryPool { pool, bits: leading_bits_in_bin_id, wrap })
+        Ok(PyMemoryPool { pool, bits: leading_bits_in_bin_id, for_pyopencl: from_cl })
     }
 
     /// A block of at least ``size`` bytes (pyopencl's ``allocate``), returned to the pool by
@@ -109,15 +104,12 @@ impl PyMemoryPool {
     fn allocate(&self, py: Python<'_>, size: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
         let bytes = bytes_arg(size)?;
         let block = holding_gil(py, || self.pool.allocate(bytes)).py()?;
-        let native = PyPooledBuffer {
-            block: Mutex::new(Some(block)),
-            size: bytes,
-            device: self.pool.allocator().device.clone(),
-        };
-        match &self.wrap {
-            None => Ok(native.into_pyobject(py)?.into_any().unbind()),
-            Some(wrap) => wrap.call1(py, (native,)),
+        let device = self.pool.allocator().device.clone();
+        if self.for_pyopencl {
+            return crate::cl_pooled::hand_out(py, block, device, bytes);
         }
+        let native = PyPooledBuffer { block: Mutex::new(Some(block)), size: bytes, device };
+        Ok(native.into_pyobject(py)?.into_any().unbind())
     }
 
     /// ``pool(size)`` is ``pool.allocate(size)``.

@@ -35,12 +35,16 @@ def test_typed_package():
 # `_pool_hit_ns`, `_Evictor`), count (`_pool_gil_releases`), back `gpubuf.Mirror`
 # (`_MirrorCore`), adopt a pyopencl buffer (`_adopt_pyopencl`: it takes the pyopencl
 # object, checked to be an instance of pyopencl's own class, and reads its handle, never
-# a number) or view a gpubuf array's own buffer with another layout, bounds-checked
-# (`_strided_view`). A new one fails the test below until it is reviewed and added here.
+# a number), view a gpubuf array's own buffer with another layout, bounds-checked
+# (`_strided_view`), or look up the block a pyopencl object of gpubuf's pool holds in
+# gpubuf's own table (`_pyopencl_give_back`, `_pyopencl_block_array`: by the object's
+# identity; an object not in the table holds nothing). A new one fails the test below until it is reviewed and added here.
 REVIEWED_PRIVATE = {
     "_Evictor",
     "_MirrorCore",
     "_adopt_pyopencl",
+    "_pyopencl_block_array",
+    "_pyopencl_give_back",
     "_strided_view",
     "_cuda_array_interface",
     "_dlpack_consumer_stream",

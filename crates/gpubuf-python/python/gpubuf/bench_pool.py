@@ -2,9 +2,9 @@
 and against pyopencl's ``MemoryPool``, and pyopencl array workloads on gpubuf's pool
 against pyopencl's own.
 
-Everything compared takes turns within each repetition (ours, Rust, pyopencl, ...), so
-that all see the same period of the machine, and each figure is the median over the
-repetitions. Entries, per block size (bytes):
+Everything compared takes turns within each repetition (ours, Rust, pyopencl, ...; the
+order reversed every other repetition, so that none always runs first), so that all see
+the same period of the machine, and each figure is the median over the repetitions. Entries, per block size (bytes):
 
 - ``hit_ns/<size>``: ``pool.allocate(size).release()`` from Python; baseline the same hit
   in Rust (no Python in the loop).
@@ -91,9 +91,10 @@ def bench_pool(backend, reps=15, quick=False):
             runs["pyopencl"] = lambda: _hits(theirs, size, iters)
             runs["cl"] = lambda: _hits(ours_cl, size, iters)
         times = {k: [] for k in runs}
+        order = list(runs)
         for rep in range(reps + 1):
-            for k, run in runs.items():
-                t = run()
+            for k in order if rep % 2 else order[::-1]:  # each goes first half the time
+                t = runs[k]()
                 if rep:  # the first round warms every pool
                     times[k].append(t)
         py = statistics.median(times["py"])
@@ -106,8 +107,9 @@ def bench_pool(backend, reps=15, quick=False):
         n_iters = 20 if quick else 300
         for n in ARRAY_SIZES:
             times = {"ours": [], "theirs": []}
+            pair = [("ours", ours_cl), ("theirs", theirs)]
             for rep in range(reps + 1):
-                for k, p in (("ours", ours_cl), ("theirs", theirs)):
+                for k, p in pair if rep % 2 else pair[::-1]:
                     t = _arrays(queue, p, n, n_iters)
                     if rep:
                         times[k].append(t)

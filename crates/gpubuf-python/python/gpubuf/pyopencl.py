@@ -40,23 +40,12 @@ from ._gpubuf import (
     InvalidArgumentError,
     MemoryPool,
     _adopt_pyopencl,
+    _pyopencl_block_array,
+    _pyopencl_give_back,
     _strided_view,
 )
-from ._gpubuf import PooledBuffer as _NativeBlock
 
 __all__ = ["PooledBuffer", "install", "installed", "is_installed", "to_gpubuf", "uninstall"]
-
-# The gpubuf block behind each PooledBuffer that has not given it back, by id(): the
-# subclass has no room for attributes (its layout must stay pyopencl's). A
-# ``gpubuf.PooledBuffer``, or once ``to_gpubuf`` has seen the buffer a uint8 ``NDBuffer``
-# owning the block (it returns to the pool when that and every gpubuf view of it are gone).
-_blocks: Dict[int, Any] = {}
-
-
-def _give_back(entry) -> None:
-    if isinstance(entry, _NativeBlock):
-        entry.release()
-
 
 class PooledBuffer(_cl.Buffer):
     """A block of a gpubuf pool as a ``pyopencl.Buffer`` (pyopencl's ``PooledBuffer``
@@ -68,11 +57,9 @@ class PooledBuffer(_cl.Buffer):
     def release(self) -> None:
         """Returns the block to its pool now (once gpubuf views of it from ``to_gpubuf``
         are gone, if any); the buffer cannot be used afterwards."""
-        block = _blocks.pop(id(self), None)
-        if block is None:
+        if not _pyopencl_give_back(self):
             raise InvalidArgumentError("the pooled buffer was already released")
         _cl.Buffer.release(self)
-        _give_back(block)
 
     def bind_to_queue(self, queue) -> None:
         """pyopencl's: a no-op here (gpubuf's blocks are not bound to a queue)."""
@@ -80,23 +67,8 @@ class PooledBuffer(_cl.Buffer):
     def unbind_from_queue(self) -> None:
         """pyopencl's: a no-op here."""
 
-    def __del__(self) -> None:
-        block = _blocks.pop(id(self), None)
-        if block is not None:
-            try:
-                _cl.Buffer.release(self)
-            except Exception:  # released by pyopencl's own Buffer.release meanwhile
-                pass
-            _give_back(block)
-
-
-def _pooled(block) -> PooledBuffer:
-    """``block`` (a ``gpubuf.PooledBuffer`` whose block is an OpenCL buffer of its own) as
-    a :class:`PooledBuffer`: pyopencl's ``Buffer`` over the same ``cl_mem``."""
-    buf = _cl.Buffer.from_int_ptr(block.int_ptr, True)
-    buf.__class__ = PooledBuffer
-    _blocks[id(buf)] = block
-    return buf
+    def __del__(self, _give_back=_pyopencl_give_back) -> None:
+        _give_back(self)
 
 
 def to_gpubuf(obj, queue=None):
@@ -116,7 +88,7 @@ def to_gpubuf(obj, queue=None):
     import pyopencl.array as cl_array
 
     if isinstance(obj, PooledBuffer):
-        return _block_array(obj)[:]  # the bytes asked for (obj.size is the block's)
+        return _pyopencl_block_array(obj)[:]  # the bytes asked for (obj.size is the block's)
     if isinstance(obj, cl_array.Array):
         owner = queue if queue is not None else (obj.queue if obj.queue is not None else obj.context)
         if obj.events and owner is not obj.queue:
@@ -125,24 +97,12 @@ def to_gpubuf(obj, queue=None):
         if base is None:  # an empty array has no buffer
             raise InvalidArgumentError("an array without memory (size 0) cannot be adopted")
         if isinstance(base, PooledBuffer):
-            return _strided_view(_block_array(base), list(obj.shape), list(obj.strides), obj.dtype, obj.offset)
+            return _strided_view(_pyopencl_block_array(base), list(obj.shape), list(obj.strides), obj.dtype, obj.offset)
         return _adopt_pyopencl(owner, base, list(obj.shape), list(obj.strides), obj.dtype, obj.offset)
     if isinstance(obj, _cl.Buffer):
         owner = queue if queue is not None else obj.context
         return _adopt_pyopencl(owner, obj, [obj.size], [1], "uint8", 0)
     raise InvalidArgumentError(f"to_gpubuf takes a pyopencl.array.Array or pyopencl.Buffer, not {type(obj).__name__}")
-
-
-def _block_array(buf: PooledBuffer):
-    """The uint8 gpubuf array owning the block of ``buf`` (made from its gpubuf block the
-    first time)."""
-    entry = _blocks.get(id(buf))
-    if entry is None:
-        raise InvalidArgumentError("the pooled buffer was released")
-    if isinstance(entry, _NativeBlock):
-        entry = entry.as_ndbuffer((entry.size,), "uint8")
-        _blocks[id(buf)] = entry
-    return entry
 
 
 _NAMES = ("MemoryPool", "ImmediateAllocator", "DeferredAllocator")
