@@ -103,7 +103,11 @@ impl PyMemoryPool {
     /// the pool allocates from the device.
     fn allocate(&self, py: Python<'_>, size: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
         let bytes = bytes_arg(size)?;
-        let block = holding_gil(py, || self.pool.allocate(bytes)).py()?;
+        // A held block first: no device call, so no GIL bookkeeping.
+        let block = match self.pool.allocate_held(bytes) {
+            Some(b) => b,
+            None => holding_gil(py, || self.pool.allocate(bytes)).py()?,
+        };
         let device = self.pool.allocator().device.clone();
         if self.for_pyopencl {
             return crate::cl_pooled::hand_out(py, block, device, bytes);

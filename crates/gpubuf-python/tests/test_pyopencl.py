@@ -237,3 +237,33 @@ def test_the_documented_example_runs(queue):
         scope = {}
         exec(compile(code, "docs/python.md", "exec"), scope)
         assert scope["g"].to_numpy().tolist() == list(range(2000))
+
+
+def _mixed_managed_over_peak(pool, ops=4000):
+    """``gpubuf bench pool``'s mixed workload (64 live blocks, sizes log-uniform in
+    1 KiB..8 MiB, one replaced at random per step): managed bytes over the peak of live
+    bytes."""
+    import random
+
+    rng = random.Random(7)
+    size = lambda: int(1024 * 8192 ** rng.random())  # noqa: E731
+    live = [None] * 64
+    sizes = [0] * 64
+    peak = 0
+    for i in range(64):
+        sizes[i] = size()
+        live[i] = pool.allocate(sizes[i])
+    peak = sum(sizes)
+    for _ in range(ops):
+        i = rng.randrange(64)
+        live[i] = None
+        sizes[i] = size()
+        live[i] = pool.allocate(sizes[i])
+        peak = max(peak, sum(sizes))
+    return pool.managed_bytes / peak
+
+
+def test_managed_memory_stays_near_the_live_peak(queue):
+    for pool in (gpubuf.MemoryPool(gpubuf.ImmediateAllocator(queue)), gpubuf.MemoryPool(gpubuf.Backend.from_pyopencl(queue))):
+        ratio = _mixed_managed_over_peak(pool)
+        assert 1.0 <= ratio <= 1.3, ratio
