@@ -103,6 +103,9 @@ impl PyMemoryPool {
     /// the pool allocates from the device.
     fn allocate(&self, py: Python<'_>, size: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
         let bytes = bytes_arg(size)?;
+        if self.for_pyopencl {
+            crate::cl_pooled::drain();
+        }
         // A held block first: no device call, so no GIL bookkeeping.
         let block = match self.pool.allocate_held(bytes) {
             Some(b) => b,
@@ -147,30 +150,35 @@ impl PyMemoryPool {
     /// Free blocks kept for reuse.
     #[getter]
     fn held_blocks(&self) -> usize {
+        crate::cl_pooled::drain();
         self.pool.held_blocks()
     }
 
     /// Blocks handed out and not yet returned.
     #[getter]
     fn active_blocks(&self) -> usize {
+        crate::cl_pooled::drain();
         self.pool.active_blocks()
     }
 
     /// Bytes the pool holds from the device, active and held.
     #[getter]
     fn managed_bytes(&self) -> usize {
+        crate::cl_pooled::drain();
         self.pool.managed_bytes()
     }
 
     /// Bytes of the blocks handed out (block sizes, after rounding to the size class).
     #[getter]
     fn active_bytes(&self) -> usize {
+        crate::cl_pooled::drain();
         self.pool.active_bytes()
     }
 
     /// Bytes of the held blocks.
     #[getter]
     fn held_bytes(&self) -> usize {
+        crate::cl_pooled::drain();
         self.pool.held_bytes()
     }
 
@@ -193,17 +201,20 @@ impl PyMemoryPool {
     /// The counters: blocks and bytes active and held, managed bytes, their peaks, hits,
     /// misses and the limit.
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        crate::cl_pooled::drain();
         stats_dict(py, &self.pool.stats())
     }
 
     /// Returns every wholly free segment to the device.
     fn free_held(&self, py: Python<'_>) {
+        crate::cl_pooled::drain();
         let pool = self.pool.clone();
         py.detach(move || pool.free_held());
     }
 
     /// Frees what is held, and from now on returns freed memory to the device.
     fn stop_holding(&self, py: Python<'_>) {
+        crate::cl_pooled::drain();
         let pool = self.pool.clone();
         py.detach(move || pool.stop_holding());
     }

@@ -73,6 +73,19 @@ fn handle(obj: &Bound<'_, PyAny>, base: &str) -> PyResult<usize> {
     Ok(v)
 }
 
+/// The `cl_mem` of a `pyopencl.Buffer` (an instance of pyopencl's own class, read through
+/// its own descriptor).
+///
+/// # Errors
+/// `InvalidArgumentError` for another object or a released buffer.
+pub fn buffer_handle(buf: &Bound<'_, PyAny>) -> PyResult<usize> {
+    let is_buffer = class(buf.py(), "Buffer").is_some_and(|c| buf.is_instance(&c).unwrap_or(false));
+    if !is_buffer {
+        return Err(invalid("not a pyopencl.Buffer"));
+    }
+    handle(buf, "MemoryObjectHolder")
+}
+
 /// The OpenCL device over the context (and queue) of a pyopencl object, or None when `obj`
 /// is not a pyopencl context or queue.
 ///
@@ -153,11 +166,7 @@ pub fn _adopt_pyopencl(
             "strides {strides:?} and offset {offset} for shape {shape:?} are not whole {size}-byte elements"
         )));
     }
-    let is_buffer = class(py, "Buffer").is_some_and(|c| buffer.is_instance(&c).unwrap_or(false));
-    if !is_buffer {
-        return Err(invalid("the memory to adopt is a pyopencl.Buffer"));
-    }
-    let int_ptr = handle(buffer, "MemoryObjectHolder")?;
+    let int_ptr = buffer_handle(buffer)?;
     let cl = device.as_opencl().cloned().ok_or_else(|| invalid("the owner's device is not OpenCL"))?;
     let memory = match adopted(int_ptr) {
         Some(m) => m,

@@ -36,15 +36,14 @@ def test_typed_package():
 # (`_MirrorCore`), adopt a pyopencl buffer (`_adopt_pyopencl`: it takes the pyopencl
 # object, checked to be an instance of pyopencl's own class, and reads its handle, never
 # a number), view a gpubuf array's own buffer with another layout, bounds-checked
-# (`_strided_view`), or look up the block a pyopencl object of gpubuf's pool holds in
-# gpubuf's own table (`_pyopencl_give_back`, `_pyopencl_block_array`: by the object's
-# identity; an object not in the table holds nothing). A new one fails the test below until it is reviewed and added here.
+# (`_strided_view`), or look up the block a pyopencl buffer of gpubuf's pool holds in
+# gpubuf's own table (`_pyopencl_block_array`: by the handle read from the pyopencl
+# buffer; a handle not in the table holds nothing). A new one fails the test below until it is reviewed and added here.
 REVIEWED_PRIVATE = {
     "_Evictor",
     "_MirrorCore",
     "_adopt_pyopencl",
     "_pyopencl_block_array",
-    "_pyopencl_give_back",
     "_strided_view",
     "_cuda_array_interface",
     "_dlpack_consumer_stream",

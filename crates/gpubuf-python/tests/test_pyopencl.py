@@ -81,8 +81,8 @@ def test_pool_blocks_are_pyopencl_buffers(queue):
     b.unbind_from_queue()
     b.release()
     assert pool.active_blocks == 0 and pool.held_blocks == 1
-    with pytest.raises(gpubuf.InvalidArgumentError):
-        b.release()
+    with pytest.raises(cl.LogicError):
+        b.release()  # pyopencl's own error for a second release
     c = pool.allocate(1000)  # the held block again, a pyopencl buffer over the same cl_mem
     assert pool.held_blocks == 0
     del c
@@ -176,8 +176,8 @@ def test_bad_input_leaves_the_pool_usable(queue):
         gpyopencl.to_gpubuf(foreign, queue)  # memory of another context
     b = pool.allocate(64)
     b.release()
-    with pytest.raises(gpubuf.InvalidArgumentError):
-        b.release()  # freed twice
+    with pytest.raises(cl.LogicError):
+        b.release()  # freed twice: pyopencl's error
     held = pool.allocate(64)
     held.release()
     with pytest.raises(gpubuf.InvalidArgumentError):

@@ -15,8 +15,10 @@ Made from pyopencl objects, gpubuf's allocators and pool work in that very conte
 0 bytes. A pool over such an allocator hands out :class:`PooledBuffer`, a subclass of
 ``pyopencl.Buffer`` (kernel arguments, ``enqueue_copy``, ``pyopencl.array``'s
 ``allocator=``), each block an OpenCL buffer of its own of its size class, as in pyopencl's
-pool. The block goes back to the pool at ``release()`` or when the object is garbage
-collected; pyopencl's references to it (an array's ``base_data``) keep it out until then.
+pool (handed to pyopencl as an OpenCL sub-buffer over the whole block). The block goes
+back to the pool when that sub-buffer ends: at ``release()`` or when the object is
+garbage collected; pyopencl's references to it (an array's ``base_data``) keep it out
+until then.
 ``gpubuf.Backend.from_pyopencl(queue_or_context)`` is the OpenCL backend over the same
 context, for gpubuf's own arrays there.
 
@@ -41,7 +43,6 @@ from ._gpubuf import (
     MemoryPool,
     _adopt_pyopencl,
     _pyopencl_block_array,
-    _pyopencl_give_back,
     _strided_view,
 )
 
@@ -49,26 +50,17 @@ __all__ = ["PooledBuffer", "install", "installed", "is_installed", "to_gpubuf", 
 
 class PooledBuffer(_cl.Buffer):
     """A block of a gpubuf pool as a ``pyopencl.Buffer`` (pyopencl's ``PooledBuffer``
-    surface): ``release()`` returns it to the pool (a second call raises
-    ``InvalidArgumentError``), as does garbage collection."""
+    surface): an OpenCL sub-buffer over the whole block, whose end (``release()``, a
+    second of which raises pyopencl's ``LogicError``, or garbage collection) gives the
+    block back to the pool."""
 
     __slots__ = ()
-
-    def release(self) -> None:
-        """Returns the block to its pool now (once gpubuf views of it from ``to_gpubuf``
-        are gone, if any); the buffer cannot be used afterwards."""
-        if not _pyopencl_give_back(self):
-            raise InvalidArgumentError("the pooled buffer was already released")
-        _cl.Buffer.release(self)
 
     def bind_to_queue(self, queue) -> None:
         """pyopencl's: a no-op here (gpubuf's blocks are not bound to a queue)."""
 
     def unbind_from_queue(self) -> None:
         """pyopencl's: a no-op here."""
-
-    def __del__(self, _give_back=_pyopencl_give_back) -> None:
-        _give_back(self)
 
 
 def to_gpubuf(obj, queue=None):
