@@ -27,7 +27,8 @@ use pyo3::{PyTraverseError, PyVisit};
 /// ``__cuda_stream__``) the buffer's copies and fills are queued on; with one the backend
 /// is CUDA (``Backend("cuda")`` unless given).
 ///
-/// Appends take numpy arrays, objects with ``__dlpack__`` and ``gpubuf.NDBuffer``s (on the
+/// Appends take numpy arrays, objects with ``__dlpack__``, objects with
+/// ``__cuda_array_interface__`` (on a CUDA bufferizer) and ``gpubuf.NDBuffer``s (on the
 /// bufferizer's backend, or on the CPU backend, which any bufferizer reads), of the
 /// bufferizer's dtype exactly (no casts); an input that shares memory with the buffer
 /// (a view of it) is copied first, as numpy would. Every append is all-or-nothing: on an error

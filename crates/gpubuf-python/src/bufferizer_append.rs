@@ -47,6 +47,12 @@ impl PyBufferizer {
             let host = np.call_method1("from_dlpack", (obj,))?;
             return Ok(Held::Host(host.cast_into::<PyUntypedArray>()?));
         }
+        if obj.hasattr("__cuda_array_interface__")? {
+            // A CUDA array (numba, pycuda, CuPy without DLPack): adopted by a CUDA
+            // bufferizer's backend, refused by any other without its pointer being used.
+            let backend = PyBackend::new(self.device.clone());
+            return Ok(Held::Device(crate::cuda::import(py, obj, Some(&backend))?));
+        }
         Ok(Held::Host(np.call_method1("asarray", (obj,))?.cast_into::<PyUntypedArray>()?))
     }
 

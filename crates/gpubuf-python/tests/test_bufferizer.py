@@ -287,6 +287,20 @@ def test_dolphins_positional_signature_and_streams(backend):
             gpubuf.Bufferizer((2,), 2, "float32", bad, backend=backend)
 
 
+def test_a_cuda_array_off_cuda_is_refused_without_its_pointer(backend):
+    """An append of an object with ``__cuda_array_interface__`` (numba's, pycuda's) goes to a
+    CUDA bufferizer's backend; any other refuses it before its pointer is used."""
+    b = gpubuf.Bufferizer((2,), 2, "float32", backend=backend)
+    fake = SimpleNamespace(
+        __cuda_array_interface__={"shape": (2,), "typestr": "<f4", "data": (12345, False), "version": 3}
+    )
+    with pytest.raises(gpubuf.InvalidArgumentError, match="CUDA backend"):
+        b.append_one(fake)
+    assert len(b) == 0
+    b.append_one(np.ones(2, np.float32))
+    assert len(b) == 1
+
+
 @pytest.mark.skipif("cuda" in gpubuf.available_backends(), reason="CUDA can run here")
 def test_a_stream_without_cuda_is_backend_unavailable():
     with pytest.raises(gpubuf.BackendUnavailableError):

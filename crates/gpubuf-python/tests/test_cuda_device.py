@@ -130,6 +130,11 @@ def test_bufferizer_on_a_foreign_stream(cuda):
             b.append_one(np.full((2, 3), i, "float32"))
         assert calls == [b] * 5  # four append_one_hook calls, then buffer_full_hook
         np.testing.assert_array_equal(b.buffer.to_numpy()[:, 0, 0], [0, 1, 2, 3])
+        b.flush()
+        # A device array by the CUDA array interface (as numba or pycuda hand one over).
+        src = gpubuf.NDBuffer.from_numpy(np.full((2, 3), 7, "float32"), backend=cuda)
+        b.append_one(type("CAI", (), {"__cuda_array_interface__": src.__cuda_array_interface__})())
+        np.testing.assert_array_equal(b.buffer.to_numpy()[0], np.full((2, 3), 7, "float32"))
         del b
     finally:
         assert lib.cuStreamDestroy_v2(handle) == 0
