@@ -109,6 +109,12 @@ impl PyPooledBuffer {
         Ok(array)
     }
 
+    /// pyopencl's ``bind_to_queue``: a no-op (gpubuf's blocks are not bound to a queue).
+    fn bind_to_queue(&self, _queue: &Bound<'_, PyAny>) {}
+
+    /// pyopencl's ``unbind_from_queue``: a no-op.
+    fn unbind_from_queue(&self) {}
+
     fn __enter__(slf: Bound<'_, Self>) -> Bound<'_, Self> {
         slf
     }

@@ -79,6 +79,9 @@ def test_pool_blocks_are_pyopencl_buffers(queue):
     assert out.tolist() == [2.0 * i for i in range(250)]
     b.bind_to_queue(queue)
     b.unbind_from_queue()
+    native = gpubuf.MemoryPool(gpubuf.Backend.from_pyopencl(queue)).allocate(16)
+    native.bind_to_queue(queue)
+    native.unbind_from_queue()
     b.release()
     assert pool.active_blocks == 0 and pool.held_blocks == 1
     with pytest.raises(cl.LogicError):
@@ -267,3 +270,36 @@ def test_managed_memory_stays_near_the_live_peak(queue):
     for pool in (gpubuf.MemoryPool(gpubuf.ImmediateAllocator(queue)), gpubuf.MemoryPool(gpubuf.Backend.from_pyopencl(queue))):
         ratio = _mixed_managed_over_peak(pool)
         assert 1.0 <= ratio <= 1.3, ratio
+
+
+def test_threads_share_a_pyopencl_pool(queue):
+    """Four threads allocating, using and dropping pyopencl buffers of one gpubuf pool, and
+    adopting some: no block is lost or handed out twice, and everything returns."""
+    import threading
+
+    pool = gpubuf.MemoryPool(gpubuf.ImmediateAllocator(queue))
+    errors = []
+
+    def work(seed):
+        try:
+            for i in range(300):
+                a = cl_array.empty(queue, 256 + (seed * 37 + i) % 512, np.float32, allocator=pool)
+                a.fill(float(seed))
+                if i % 50 == 0:
+                    g = gpyopencl.to_gpubuf(a)
+                    queue.finish()
+                    assert (g.to_numpy() == seed).all()
+                    del g
+                assert (a.get() == seed).all()
+                del a
+        except Exception as e:  # reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(s,)) for s in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    gc.collect()
+    assert not errors, errors
+    assert pool.active_blocks == 0

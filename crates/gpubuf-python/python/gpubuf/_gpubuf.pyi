@@ -377,6 +377,10 @@ class PooledBuffer:
     def backend(self) -> Backend: ...
     def release(self) -> None:
         """Returns the block to the pool (InvalidArgumentError the second time)."""
+    def bind_to_queue(self, queue: Any) -> None:
+        """pyopencl's: a no-op."""
+    def unbind_from_queue(self) -> None:
+        """pyopencl's: a no-op."""
     def as_ndbuffer(self, shape: _Shape, dtype: _DType = None) -> NDBuffer:
         """The block as an array over its first bytes; the array then owns the block."""
     def __enter__(self) -> PooledBuffer: ...
