@@ -244,3 +244,26 @@ pub fn viewable<'py>(arr: Bound<'py, numpy::PyUntypedArray>) -> PyResult<Bound<'
     kwargs.set_item("order", "C")?;
     np.call_method("array", (&arr,), Some(&kwargs))?.cast_into::<numpy::PyUntypedArray>().map_err(Into::into)
 }
+
+/// The element layout of a view given in bytes (numpy's and pyopencl's convention):
+/// `strides` and `offset` must be whole elements of `d`.
+///
+/// # Errors
+/// `InvalidArgumentError` for strides of another length than the shape, strides or an
+/// offset that are not whole elements, or a layout `gpubuf::Layout::new` refuses.
+pub fn byte_layout(
+    shape: Vec<usize>,
+    strides: &[isize],
+    offset: usize,
+    d: DType,
+) -> PyResult<gpubuf::Layout> {
+    let size = d.size();
+    let whole = |b: isize| b.checked_rem(size as isize) == Some(0);
+    if strides.len() != shape.len() || !strides.iter().all(|&s| whole(s)) || offset % size != 0 {
+        return Err(crate::errors::invalid(format!(
+            "strides {strides:?} and offset {offset} for shape {shape:?} are not whole {size}-byte elements"
+        )));
+    }
+    let elems: Vec<isize> = strides.iter().map(|s| s / size as isize).collect();
+    crate::errors::IntoPy::py(gpubuf::Layout::new(shape, elems, offset / size))
+}

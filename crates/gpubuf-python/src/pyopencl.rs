@@ -159,13 +159,7 @@ pub fn _adopt_pyopencl(
     use crate::dtype::{parse_dtype, with_dtype, Wrap};
     let d = parse_dtype(dtype)?;
     let device = device_of(py, owner)?.ok_or_else(|| invalid("the owner is a pyopencl queue or context"))?;
-    let size = d.size();
-    let whole = |b: isize| b.checked_rem(size as isize) == Some(0);
-    if strides.len() != shape.len() || !strides.iter().all(|&s| whole(s)) || offset % size != 0 {
-        return Err(invalid(format!(
-            "strides {strides:?} and offset {offset} for shape {shape:?} are not whole {size}-byte elements"
-        )));
-    }
+    let layout = crate::dtype::byte_layout(shape, &strides, offset, d)?;
     let int_ptr = buffer_handle(buffer)?;
     let cl = device.as_opencl().cloned().ok_or_else(|| invalid("the owner's device is not OpenCL"))?;
     let memory = match adopted(int_ptr) {
@@ -192,8 +186,6 @@ pub fn _adopt_pyopencl(
         )));
     }
     let buffer = gpubuf::Buffer::from_memory(&device, gpubuf::device::Memory::OpenCl(memory));
-    let elems: Vec<isize> = strides.iter().map(|s| s / size as isize).collect();
-    let layout = gpubuf::Layout::new(shape, elems, offset / size).py()?;
     Ok(with_dtype!(d, T => {
         gpubuf::NDBuffer::<Device, T>::from_buffer_layout(buffer, layout).map(T::wrap).py()?
     }))

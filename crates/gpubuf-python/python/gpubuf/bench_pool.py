@@ -22,16 +22,10 @@ import time
 
 from . import Backend, ImmediateAllocator, MemoryPool
 from ._gpubuf import _pool_hit_ns
+from .bench import _entry
 
 POOL_SIZES = [256, 65536, 4 << 20, 64 << 20]
 ARRAY_SIZES = [4096, 1 << 20]
-
-
-def _entry(name, value, unit, baseline):
-    e = {"name": name, "value": value, "unit": unit, "baseline": baseline}
-    if baseline > 0:
-        e["ratio"] = value / baseline
-    return e
 
 
 def pyopencl_queue():

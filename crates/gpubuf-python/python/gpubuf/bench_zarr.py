@@ -10,6 +10,7 @@ import time
 import numpy as np
 
 from . import NDBuffer
+from .bench import _entry
 
 #: The array (4096 x 4096 float32, 64 MiB), its chunks (2 MiB) and the shards of the
 #: sharded case (8 chunks each).
@@ -80,13 +81,9 @@ def _case(backend, tmp, name, shards, reps, quick):
         raise RuntimeError(f"zarr bench {name}: the region read back differs from what was written")
     gbps = {k: nbytes / float(np.median(v)) / 1e9 for k, v in times.items()}
     return (
-        _entry(f"{name}/read_gbps", gbps["read_gpubuf"], gbps["read_base"]),
-        _entry(f"{name}/write_gbps", gbps["write_gpubuf"], gbps["write_base"]),
+        _entry(f"{name}/read_gbps", gbps["read_gpubuf"], "GB/s", gbps["read_base"]),
+        _entry(f"{name}/write_gbps", gbps["write_gpubuf"], "GB/s", gbps["write_base"]),
     )
-
-
-def _entry(name, value, baseline):
-    return {"name": name, "value": value, "unit": "GB/s", "baseline": baseline, "ratio": value / baseline}
 
 
 def bench_zarr(backend, reps=15, quick=False):
