@@ -1,8 +1,9 @@
 // Copy-plan gather and scatter for gpubuf's OpenCL backend, the per-work-item shape, run
 // when asked for (GPUBUF_CL_KERNEL=items or PlanKernel::Items; CPU devices run
-// kernels/opencl/plan_rows.cl, GPU and accelerator devices kernels/opencl/plan_blocks.cl).
+// kernels/opencl/plan_rows.cl, GPU and accelerator devices kernels/shared/plan_blocks.h).
 //
-// The host prepends a prelude that defines:
+// Built after kernels/opencl/prelude.cl and kernels/shared/segment.h (find_segment). The
+// host puts before them a prelude that defines:
 //   SRC_PARAMS(T)  ", __global T* s0, __global T* s1, ..." (one per source slot)
 //   SRC_PICK(i, p) sets pointer p to source slot i plus offs[i], the slot's element offset
 //                  in its allocation (offs is a small buffer the host caches per plan)
@@ -16,20 +17,6 @@
 // starts[k] is the first work-item of segment k (prefix sums of the segment lengths).
 
 #define SEG_WORDS 12
-
-inline int find_segment(__global const long* starts, int nseg, long t) {
-    int lo = 0;
-    int hi = nseg;
-    while (hi - lo > 1) {
-        int mid = (lo + hi) >> 1;
-        if (starts[mid] <= t) {
-            lo = mid;
-        } else {
-            hi = mid;
-        }
-    }
-    return lo;
-}
 
 // Each work-item moves CHUNK consecutive buffer elements (CHUNK comes from the host
 // prelude: 1 on GPUs, for coalescing; more on CPU devices, to amortise the segment

@@ -1,6 +1,6 @@
 //! `cargo xtask cuda-kernels`: the CUDA backend's own kernels compiled ahead of time by a
 //! pinned NVRTC into `crates/gpubuf-cuda/kernels/` (the work is `xtask/cudagen.py`), and
-//! the check `test-all` runs that they match `kernels/cuda/*.cu`.
+//! the check `test-all` runs that they match `kernels/cuda` and `kernels/shared`.
 
 use crate::sh::run_ok;
 use crate::summary::Tally;
@@ -76,7 +76,7 @@ pub fn check(tally: &mut Tally) {
         Ok(lib) if run_ok(cudagen(Some(&lib)).arg("generate").arg(&fresh)) => {
             Ok(run_ok(cudagen(None).args(["same", OUT_DIR]).arg(&fresh)))
         }
-        Ok(_) => Err("the pinned NVRTC did not compile kernels/cuda/*.cu".to_string()),
+        Ok(_) => Err("the pinned NVRTC did not compile the CUDA kernels".to_string()),
     };
     let _ = std::fs::remove_dir_all(&fresh);
     let run = "run `cargo xtask cuda-kernels` and commit crates/gpubuf-cuda/kernels/";
@@ -104,11 +104,11 @@ mod tests {
     /// A copy of the script, the sources and the generated kernels under `dir`.
     fn tree(dir: &Path) -> std::io::Result<()> {
         let _ = std::fs::remove_dir_all(dir);
-        for sub in ["xtask", "kernels/cuda", OUT_DIR] {
+        for sub in ["xtask", "kernels/cuda", "kernels/shared", OUT_DIR] {
             std::fs::create_dir_all(dir.join(sub))?;
         }
         std::fs::copy(root().join("xtask/cudagen.py"), dir.join("xtask/cudagen.py"))?;
-        for from in ["kernels/cuda", OUT_DIR] {
+        for from in ["kernels/cuda", "kernels/shared", OUT_DIR] {
             for f in std::fs::read_dir(root().join(from))? {
                 let f = f?;
                 std::fs::copy(f.path(), dir.join(from).join(f.file_name()))?;
@@ -136,17 +136,21 @@ mod tests {
         let (ok, out) = check(&dir);
         assert!(ok, "the committed kernels match their sources:\n{out}");
 
-        let cu = dir.join("kernels/cuda/plan.cu");
-        let text = std::fs::read_to_string(&cu).unwrap_or_default();
-        assert!(std::fs::write(&cu, format!("{text}\n// changed\n")).is_ok());
-        let (ok, out) = check(&dir);
-        assert!(!ok && out.contains("kernels/cuda/plan.cu changed"), "{out}");
-        assert!(std::fs::write(&cu, &text).is_ok());
+        // A change to the shared body (the OpenCL backend compiles it too) or to the prelude.
+        for part in ["kernels/shared/plan_blocks.h", "kernels/cuda/prelude.cuh"] {
+            let path = dir.join(part);
+            let text = std::fs::read_to_string(&path).unwrap_or_default();
+            assert!(!text.is_empty(), "{part}");
+            assert!(std::fs::write(&path, format!("{text}\n// changed\n")).is_ok());
+            let (ok, out) = check(&dir);
+            assert!(!ok && out.contains(&format!("{part} changed")), "{out}");
+            assert!(std::fs::write(&path, &text).is_ok());
+        }
 
-        assert!(std::fs::write(dir.join("kernels/cuda/extra.cu"), "").is_ok());
+        assert!(std::fs::write(dir.join("kernels/shared/extra.h"), "").is_ok());
         let (ok, out) = check(&dir);
-        assert!(!ok && out.contains("extra.cu is new"), "{out}");
-        assert!(std::fs::remove_file(dir.join("kernels/cuda/extra.cu")).is_ok());
+        assert!(!ok && out.contains("kernels/shared/extra.h is new"), "{out}");
+        assert!(std::fs::remove_file(dir.join("kernels/shared/extra.h")).is_ok());
 
         // A fresh build in another zlib's bytes is the same build; another image is not.
         let python = |args: &[&std::ffi::OsStr]| {

@@ -14,7 +14,7 @@
 //!   it is killed with its child processes and named in the summary.
 //! * `install-deps`: only the installing.
 //! * `gpu-bundle`: builds the test and bench binaries with CUDA into `gpu-bundle/`.
-//! * `cuda-kernels`: compiles `kernels/cuda/*.cu` with a pinned NVRTC (12.0, installed by
+//! * `cuda-kernels`: compiles the CUDA kernels (`kernels/cuda/prelude.cuh` before the shared sources of `kernels/shared`) with a pinned NVRTC (12.0, installed by
 //!   pip into a folder under the target folder) into the cubins and PTX the CUDA
 //!   backend embeds, `crates/gpubuf-cuda/kernels/`; `test-all` fails when they are stale.
 //!   `cuda-kernels --check` runs only that check.

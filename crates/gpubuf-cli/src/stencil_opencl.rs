@@ -7,43 +7,16 @@ use gpubuf::opencl::opencl3::device::CL_DEVICE_TYPE_GPU;
 use gpubuf::opencl::{OpenClBackend, UserKernel};
 use gpubuf::{Backend, Error, NDBuffer, Result};
 
-/// Two kernels of the same arithmetic. `heat_cells`: one work-item per interior cell,
+/// Two kernels of the same arithmetic, `kernels/shared/stencil.h` (the text the CUDA build
+/// compiles) after the OpenCL prelude. `heat_cells`: one work-item per interior cell,
 /// dimension 0 along a row (`c`), dimension 1 over rows (`a`), for GPUs (neighbouring
 /// work-items read neighbouring elements). `heat_rows`: one work-item per row, a loop along
 /// it, for CPU devices (PoCL vectorises the loop; 1.2-1.6x the per-cell kernel there).
 /// Programs are built with `FP_CONTRACT OFF`, so nothing is fused.
-const SOURCE: &str = r"
-__kernel void heat_cells(__global const double* cur, ulong cur_off,
-                         __global double* next, ulong next_off,
-                         ulong lx, ulong ly, double alpha, double source) {
-    ulong c = get_global_id(0) + 1;
-    ulong a = get_global_id(1) + 1;
-    if (c > ly || a > lx) return;
-    ulong w = ly + 2;
-    const __global double* u = cur + cur_off;
-    ulong i = a * w + c;
-    double centre = u[i];
-    double lap = (((u[i - w] + u[i + w]) + u[i - 1]) + u[i + 1]) - 4.0 * centre;
-    next[next_off + i] = (centre + alpha * lap) + source;
-}
-
-__kernel void heat_rows(__global const double* cur, ulong cur_off,
-                        __global double* next, ulong next_off,
-                        ulong lx, ulong ly, double alpha, double source) {
-    ulong a = get_global_id(0) + 1;
-    if (a > lx) return;
-    ulong w = ly + 2;
-    const __global double* up = cur + cur_off + (a - 1) * w;
-    const __global double* mid = up + w;
-    const __global double* down = mid + w;
-    __global double* out = next + next_off + a * w;
-    for (ulong c = 1; c <= ly; c++) {
-        double centre = mid[c];
-        double lap = (((up[c] + down[c]) + mid[c - 1]) + mid[c + 1]) - 4.0 * centre;
-        out[c] = (centre + alpha * lap) + source;
-    }
-}
-";
+const SOURCE: &str = concat!(
+    include_str!("../../../kernels/opencl/prelude.cl"),
+    include_str!("../../../kernels/shared/stencil.h")
+);
 
 /// Work-items per work-group along a row for `heat_cells`.
 const GROUP: usize = 64;

@@ -1,6 +1,7 @@
 //! The backend's own kernels compiled ahead of time and embedded in the binary.
 //!
-//! `cargo xtask cuda-kernels` compiles every `kernels/cuda/*.cu` with a pinned NVRTC
+//! `cargo xtask cuda-kernels` compiles every kernel source (the CUDA prelude
+//! `kernels/cuda/prelude.cuh` before sources of `kernels/shared`) with a pinned NVRTC
 //! (12.0) into `crates/gpubuf-cuda/kernels/`: a cubin (SASS) for each of sm_70, sm_75,
 //! sm_80, sm_86, sm_89 and sm_90, and PTX for compute_70 at PTX ISA 8.0, which drivers from
 //! R525 on JIT-compile for any newer GPU. They are stored zlib-compressed (about 100 KiB
@@ -25,11 +26,20 @@ use cudarc::nvrtc::{result as nv, sys as nvsys};
 use gpubuf_core::{BackendKind, Error, Result};
 use std::ffi::{c_char, c_void, CString};
 
-/// One `kernels/cuda/*.cu` source compiled ahead of time.
+/// One kernel source compiled ahead of time.
 #[derive(Debug)]
 pub struct Embedded {
-    /// The source's file name under `kernels/cuda`.
+    /// The source's name (`plan.cu`), NVRTC's name for it when compiled at run time.
     pub source: &'static str,
+    /// The files its text is made of, from the repository root, in order: the CUDA prelude
+    /// (`kernels/cuda/prelude.cuh`), then sources under `kernels/shared` that the OpenCL
+    /// backend also compiles.
+    pub parts: &'static [&'static str],
+    /// The CUDA C text: the parts concatenated.
+    pub text: &'static str,
+    /// NVRTC options besides the architecture, the same for the embedded images and a
+    /// compile at run time.
+    pub options: &'static [&'static str],
     /// `(architecture, zlib-compressed cubin)`, the architecture as `10 * major + minor`
     /// (`86` for sm_86), in increasing order.
     pub cubins: &'static [(u32, &'static [u8])],
@@ -43,8 +53,14 @@ mod generated {
     include!("../kernels/embedded.rs");
 }
 
-/// `kernels/cuda/plan.cu` (the copy-plan gather and scatter kernels) compiled ahead of time.
+/// The copy-plan gather and scatter kernels (`kernels/shared/plan_blocks.h` after the CUDA
+/// prelude) compiled ahead of time.
 pub const PLAN: &Embedded = &generated::PLAN;
+
+/// The demo's 5-point heat stencil (`kernels/shared/stencil.h` after the CUDA prelude,
+/// `--fmad=false`) compiled ahead of time, its images carrying the signature probe, so
+/// [`crate::CudaBackend::embedded_program`] knows its pointer parameters without NVRTC.
+pub const STENCIL: &Embedded = &generated::STENCIL;
 
 /// Every embedded source.
 pub fn embedded() -> &'static [&'static Embedded] {
@@ -133,14 +149,33 @@ fn aligned(data: &[u8]) -> Vec<u64> {
 }
 
 /// Loads `e` into the context current on this thread, for a device of compute capability
-/// `major.minor`, trying [`candidates`] in order; `source` is the CUDA C text NVRTC compiles
-/// when no embedded image runs. Returns the module and the image that was loaded.
+/// `major.minor`, trying [`candidates`] in order; NVRTC compiles `e.text` when no embedded
+/// image runs. Returns the module and the image that was loaded.
+///
+/// # Errors
+/// As [`load_with`].
+pub(crate) fn load(e: &Embedded, major: u32, minor: u32) -> Result<(CUmodule, Choice)> {
+    load_with(e, major, minor, |_, image| {
+        let image = aligned(&image);
+        // SAFETY: `image` is a cubin (ELF) or NUL-terminated PTX, 8-byte aligned, alive
+        // for the call; the driver copies what it keeps.
+        unsafe { result::module::load_data(image.as_ptr() as *const c_void) }
+    })
+}
+
+/// Tries [`candidates`] in order, handing each image (inflated, or compiled by NVRTC from
+/// `e.text` with `e.options`) to `load` until one is not rejected ([`image_rejected`]).
 ///
 /// # Errors
 /// [`Error::BackendUnavailable`] when no embedded image runs here and NVRTC is missing;
 /// [`Error::Build`] when NVRTC cannot compile for the device; [`Error::Driver`] when the
 /// driver fails other than by rejecting an image.
-pub(crate) fn load(e: &Embedded, source: &str, major: u32, minor: u32) -> Result<(CUmodule, Choice)> {
+pub(crate) fn load_with<T>(
+    e: &Embedded,
+    major: u32,
+    minor: u32,
+    mut load: impl FnMut(Choice, Vec<u8>) -> std::result::Result<T, result::DriverError>,
+) -> Result<(T, Choice)> {
     let span = tracing::debug_span!(
         "cuda.load_module",
         source = e.source,
@@ -152,10 +187,10 @@ pub(crate) fn load(e: &Embedded, source: &str, major: u32, minor: u32) -> Result
     for choice in candidates(e, major, minor) {
         let image = match choice {
             Choice::Cubin(a) => match e.cubins.iter().find(|c| c.0 == a) {
-                Some(c) => aligned(&inflate(c.1)?),
+                Some(c) => inflate(c.1)?,
                 None => continue,
             },
-            Choice::Ptx(_) => aligned(&inflate(e.ptx.1)?),
+            Choice::Ptx(_) => inflate(e.ptx.1)?,
             Choice::Nvrtc => {
                 if let Err(err) = nvrtc_available() {
                     let tried =
@@ -166,16 +201,14 @@ pub(crate) fn load(e: &Embedded, source: &str, major: u32, minor: u32) -> Result
                         e.source
                     )));
                 }
-                aligned(&nvrtc_cubin(e.source, source, major, minor)?)
+                nvrtc_cubin(e.source, e.text, e.options, major, minor)?
             }
         };
-        // SAFETY: `image` is a cubin (ELF) or NUL-terminated PTX, 8-byte aligned, alive
-        // for the call; the driver copies what it keeps.
-        match unsafe { result::module::load_data(image.as_ptr() as *const c_void) } {
-            Ok(raw) => {
+        match load(choice, image) {
+            Ok(module) => {
                 span.record("image", tracing::field::display(choice));
                 tracing::debug!(image = %choice, "kernel module loaded");
-                return Ok((raw, choice));
+                return Ok((module, choice));
             }
             Err(err) if image_rejected(err.0) && choice != Choice::Nvrtc => {
                 tracing::debug!(image = %choice, code = ?err.0, "driver rejected the image");
@@ -187,8 +220,8 @@ pub(crate) fn load(e: &Embedded, source: &str, major: u32, minor: u32) -> Result
     Err(unavailable(format!("no kernel image of {} could be loaded", e.source)))
 }
 
-/// `source` compiled by NVRTC into a cubin for `sm_<major><minor>`.
-fn nvrtc_cubin(name: &str, source: &str, major: u32, minor: u32) -> Result<Vec<u8>> {
+/// `source` compiled by NVRTC with `options` into a cubin for `sm_<major><minor>`.
+fn nvrtc_cubin(name: &str, source: &str, options: &[&str], major: u32, minor: u32) -> Result<Vec<u8>> {
     let _span = tracing::debug_span!("cuda.nvrtc", source = name).entered();
     let build = |log: String| Error::Build { backend: BackendKind::Cuda, log };
     let arch = major.saturating_mul(10).saturating_add(minor);
@@ -205,7 +238,8 @@ fn nvrtc_cubin(name: &str, source: &str, major: u32, minor: u32) -> Result<Vec<u
     let src = CString::new(source).map_err(|_| Error::invalid("CUDA source holds a NUL byte"))?;
     let cname = CString::new(name).map_err(|_| Error::invalid("source name holds a NUL byte"))?;
     let prog = Program(nv::create_program(&src, Some(&cname)).map_err(|e| build(format!("{e:?}")))?);
-    let opts = [format!("--gpu-architecture=sm_{major}{minor}")];
+    let mut opts = vec![format!("--gpu-architecture=sm_{major}{minor}")];
+    opts.extend(options.iter().map(|o| o.to_string()));
     // SAFETY: `prog.0` is a live program destroyed only by `prog`'s drop, after these
     // calls; the option holds no NUL byte; the cubin buffer is the size NVRTC reported.
     unsafe {
@@ -359,14 +393,14 @@ mod tests {
             eprintln!("nvrtc skipped: {e}");
             return;
         }
-        let source = include_str!("../../../kernels/cuda/plan.cu");
+        let source = PLAN.text;
         let archs = nvrtc_archs();
         // sm_61 where this NVRTC still compiles for it (CUDA 12); CUDA 13 starts at sm_75,
         // and then the refusal names the range and the oldest one is compiled instead.
         let (major, minor) = if archs.contains(&61) {
             (6, 1)
         } else {
-            let refused = nvrtc_cubin("plan.cu", source, 6, 1);
+            let refused = nvrtc_cubin("plan.cu", source, &[], 6, 1);
             assert!(
                 matches!(&refused, Err(Error::Build { log, .. }) if log.contains("compute capability 6.1")),
                 "{refused:?}"
@@ -374,11 +408,11 @@ mod tests {
             let oldest = *archs.first().expect("NVRTC lists its architectures");
             (oldest / 10, oldest % 10)
         };
-        let cubin = nvrtc_cubin("plan.cu", source, major, minor).expect("plan.cu compiles");
+        let cubin = nvrtc_cubin("plan.cu", source, &[], major, minor).expect("plan.cu compiles");
         assert_eq!(&cubin[..4], b"\x7fELF");
         assert_eq!(cubin_arch(&cubin), u64::from(major * 10 + minor), "e_flags: the architecture");
         assert!(cubin.windows(16).any(|w| w == b".text.scatter_8\0"));
-        let bad = nvrtc_cubin("bad.cu", "this is not CUDA", major, minor);
+        let bad = nvrtc_cubin("bad.cu", "this is not CUDA", &[], major, minor);
         assert!(matches!(bad, Err(Error::Build { .. })), "{bad:?}");
     }
 
@@ -392,16 +426,32 @@ mod tests {
 
     #[test]
     fn every_source_is_embedded_and_aligned_images_end_in_nul() {
-        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../kernels/cuda");
-        let mut sources: Vec<String> = std::fs::read_dir(dir)
-            .expect("kernels/cuda")
-            .filter_map(|f| f.ok()?.file_name().into_string().ok())
-            .filter(|n| n.ends_with(".cu"))
-            .collect();
-        sources.sort();
-        let names: Vec<&str> = embedded().iter().map(|e| e.source).collect();
-        assert_eq!(names, sources, "run `cargo xtask cuda-kernels`");
-        assert!(names.contains(&PLAN.source));
+        let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+        let mut files = Vec::new();
+        for dir in ["kernels/cuda", "kernels/shared"] {
+            for f in std::fs::read_dir(format!("{root}/{dir}")).expect("a kernels folder").flatten() {
+                files.push(format!("{dir}/{}", f.file_name().to_string_lossy()));
+            }
+        }
+        assert!(files.len() >= 3, "{files:?}");
+        for file in &files {
+            // The signature probe is appended to images, not a part of a kernel's text.
+            let used = file == "kernels/cuda/probe.cuh"
+                || embedded().iter().any(|e| e.parts.contains(&file.as_str()));
+            assert!(used, "{file} is part of no embedded kernel: run `cargo xtask cuda-kernels`");
+        }
+        for e in embedded() {
+            assert_eq!(
+                e.parts.first(),
+                Some(&"kernels/cuda/prelude.cuh"),
+                "{}: the CUDA prelude first",
+                e.source
+            );
+            let text: String =
+                e.parts.iter().map(|p| std::fs::read_to_string(format!("{root}/{p}")).expect(p)).collect();
+            assert_eq!(e.text, text, "{}: the text is its parts", e.source);
+        }
+        assert!(embedded().iter().any(|e| e.source == PLAN.source));
         for data in [&b""[..], b"1234567", b"12345678", b"123456789"] {
             let words = aligned(data);
             let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_ne_bytes()).collect();

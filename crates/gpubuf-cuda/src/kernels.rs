@@ -1,4 +1,4 @@
-//! Copy plans on CUDA: `kernels/cuda/plan.cu` compiled ahead of time ([`crate::aot`]) and
+//! Copy plans on CUDA: `kernels/shared/plan_blocks.h` compiled ahead of time ([`crate::aot`]) and
 //! loaded once per context, plan tables uploaded once per plan, one launch per plan (up to
 //! [`MAX_SOURCES`] sources; a plan with more is split by source).
 //!
@@ -23,16 +23,17 @@ use parking_lot::Mutex;
 use std::ffi::{c_void, CString};
 use std::sync::Arc;
 
-/// The kernel source, from `kernels/cuda/plan.cu`.
-pub const PLAN_SOURCE: &str = include_str!("../../../kernels/cuda/plan.cu");
+/// The kernel source: `kernels/cuda/prelude.cuh`, then the shared `kernels/shared/segment.h`
+/// and `kernels/shared/plan_blocks.h` (the OpenCL backend's block kernel, the same text).
+pub const PLAN_SOURCE: &str = crate::aot::PLAN.text;
 
 /// Sources one launch can take (the size of the `SrcTable` kernel parameter).
 pub const MAX_SOURCES: usize = 256;
 
-/// Threads per block of the plan kernels (`THREADS` and the launch bounds in plan.cu).
+/// Threads per block of the plan kernels (`THREADS` and the launch bounds in plan_blocks.h).
 const BLOCK: u32 = 256;
 
-/// Buffer elements per block (`ELEMS` in plan.cu): sixteen independent moves per thread,
+/// Buffer elements per block (`ELEMS` in kernels/cuda/prelude.cuh): sixteen independent moves per thread,
 /// tiles of 64 x 64. Measured on an H200 (`gpubuf bench copy`, docs/benchmarks.md): blocks
 /// of 1024 spend a third of the time of a contiguous gather finding their segment and
 /// first element (0.67 of a device copy), blocks of 4096 amortise that (0.95); 512
@@ -90,7 +91,7 @@ impl CudaBackend {
             self.inner.ctx.compute_capability().map_err(|e| driver(e, "compute capability"))?;
         let cc =
             |v: i32| u32::try_from(v).map_err(|_| unavailable(format!("compute capability {major}.{minor}")));
-        let (raw, _) = crate::aot::load(crate::aot::PLAN, PLAN_SOURCE, cc(major)?, cc(minor)?)?;
+        let (raw, _) = crate::aot::load(crate::aot::PLAN, cc(major)?, cc(minor)?)?;
         let get = |name: String| -> Result<CUfunction> {
             let c = CString::new(name.clone()).map_err(|_| Error::invalid("kernel name"))?;
             // SAFETY: `raw` is the module just loaded.
@@ -260,7 +261,7 @@ impl CudaBackend {
                 &mut buf as *mut _ as *mut c_void,
                 &mut table as *mut _ as *mut c_void,
             ];
-            // SAFETY: the parameters match plan.cu's signature (two table pointers, int,
+            // SAFETY: the parameters match plan_blocks.h's signature (two table pointers, int,
             // int, element pointer, SrcTable by value); every pointer is a live allocation
             // checked by `check_plan_args`; one CUDA block of BLOCK threads (the kernel's
             // launch bounds) per table block, so every block the kernel looks up exists in
@@ -282,4 +283,16 @@ fn device_address(ptr: u64, offset: usize) -> Result<u64> {
         .ok()
         .and_then(|o| ptr.checked_add(o))
         .ok_or_else(|| Error::invalid(format!("device address {ptr:#x} + {offset} overflows")))
+}
+
+#[cfg(test)]
+mod tests {
+    /// The host's block shape is the one the shared block kernel is built with.
+    #[test]
+    fn block_shape_matches_the_kernel_source() {
+        let src = super::PLAN_SOURCE;
+        assert!(src.contains(&format!("\n#define ELEMS {}\n", super::BLOCK_ELEMS)), "ELEMS");
+        assert!(src.contains(&format!("\n#define THREADS {}\n", super::BLOCK)), "THREADS");
+        assert!(src.contains(&format!("\n#define MAX_SOURCES {}\n", super::MAX_SOURCES)), "MAX_SOURCES");
+    }
 }

@@ -3,7 +3,8 @@
 //! Builds with no CUDA toolkit installed. Before any cudarc call that could panic on a
 //! missing library, [`CudaBackend::new`] checks for libcuda and a device and returns
 //! [`gpubuf_core::Error::BackendUnavailable`] with the reason. Plan kernels come from
-//! `kernels/cuda/plan.cu`, compiled ahead of time and embedded ([`aot`]: cubins for sm_70
+//! `kernels/shared/plan_blocks.h` (the OpenCL backend's block kernel, after the CUDA
+//! prelude `kernels/cuda/prelude.cuh`), compiled ahead of time and embedded ([`aot`]: cubins for sm_70
 //! to sm_90 and PTX the driver JIT-compiles for newer GPUs), so the driver alone runs them;
 //! NVRTC compiles them at run time only on a GPU no embedded image fits.
 //!

@@ -82,25 +82,7 @@ impl Drop for Program {
 /// Type-level helpers appended to a user program to read its kernels' parameter types:
 /// `sig<decltype(kernel)>::n` is the parameter count, `sig<...>::at<S>::v` has bit `j` set
 /// when parameter `S + j` is a pointer. C++11, no headers.
-const PROBE: &str = r#"
-namespace gpubuf_sig_probe {
-template <typename T> struct is_ptr { static constexpr unsigned long long v = 0; };
-template <typename T> struct is_ptr<T*> { static constexpr unsigned long long v = 1; };
-template <unsigned S, unsigned I, typename... A> struct word { static constexpr unsigned long long v = 0; };
-template <unsigned S, unsigned I, typename H, typename... T> struct word<S, I, H, T...> {
-    static constexpr unsigned long long v =
-        ((I >= S && I - S < 64) ? (is_ptr<H>::v << ((I - S) & 63)) : 0ull) | word<S, I + 1, T...>::v;
-};
-template <typename F> struct sig;
-template <typename... A> struct sig<void(A...)> {
-    static constexpr unsigned long long n = sizeof...(A);
-    template <unsigned S> struct at { static constexpr unsigned long long v = word<S, 0, A...>::v; };
-};
-#if __cplusplus >= 201703L
-template <typename... A> struct sig<void(A...) noexcept> : sig<void(A...)> {};
-#endif
-}
-"#;
+const PROBE: &str = include_str!("../../../kernels/cuda/probe.cuh");
 
 /// Prefix of the variables the probe defines.
 const PROBE_VAR: &str = "gpubuf_probe_";
@@ -157,6 +139,33 @@ pub fn declared_pointers(source: &str, options: &str, ptx: &str) -> Result<HashM
         }
         let words: Option<Vec<u64>> =
             (0..n.div_ceil(64)).map(|w| values.get(&format!("{i}_w{w}")).copied()).collect();
+        let Some(words) = words else { continue };
+        out.insert(s.name, (0..n).map(|j| words[j / 64] >> (j % 64) & 1 == 1).collect());
+    }
+    Ok(out)
+}
+
+/// Prefix of the probe's variables in the embedded images (`xtask/cudagen.py` appends them
+/// by kernel name: `<prefix><name>_n`, `<prefix><name>_w<k>`).
+const EMBEDDED_PROBE_VAR: &str = "kernel_";
+
+/// The pointer parameters of the kernels of an embedded image's PTX, read from the probe's
+/// variables it carries (see [`crate::aot::STENCIL`]): kernel name to one flag per
+/// parameter. No NVRTC. A kernel without the variables, or whose count differs from its
+/// entry's, is left out.
+///
+/// # Errors
+/// [`Error::InvalidArgument`] when the PTX's entries cannot be read.
+pub fn embedded_pointers(ptx: &str) -> Result<HashMap<String, Vec<bool>>> {
+    let values = probe_values(ptx);
+    let mut out = HashMap::new();
+    for s in crate::ptx::entries(ptx)? {
+        let n = s.params.len();
+        let key = |what: String| values.get(&format!("{EMBEDDED_PROBE_VAR}{}_{what}", s.name)).copied();
+        if key("n".into()) != Some(n as u64) {
+            continue;
+        }
+        let words: Option<Vec<u64>> = (0..n.div_ceil(64)).map(|w| key(format!("w{w}"))).collect();
         let Some(words) = words else { continue };
         out.insert(s.name, (0..n).map(|j| words[j / 64] >> (j % 64) & 1 == 1).collect());
     }

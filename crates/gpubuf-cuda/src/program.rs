@@ -146,6 +146,53 @@ impl CudaBackend {
         Ok(p)
     }
 
+    /// Loads an embedded program (compiled ahead of time by `cargo xtask cuda-kernels`, such
+    /// as [`crate::aot::STENCIL`]) into this context, or returns the one loaded before: the
+    /// image chosen as for the plan kernels ([`crate::aot::candidates`]: the device's cubin,
+    /// else the PTX, else NVRTC compiling its text), its kernels launched like a user
+    /// program's. Kernel signatures come from the embedded PTX and, where the image carries
+    /// the signature probe, its pointer parameters too: no NVRTC on a device an image runs on.
+    ///
+    /// # Errors
+    /// [`Error::BackendUnavailable`] when no embedded image runs on the device and NVRTC is
+    /// missing, or an image does not inflate; [`Error::Build`] when NVRTC cannot compile for
+    /// the device; driver errors loading the module.
+    pub fn embedded_program(&self, image: &'static crate::aot::Embedded) -> Result<Arc<UserProgram>> {
+        // Options from users never hold a NUL byte (refused), so this key is an embedded one.
+        let key = (image.text.to_string(), format!("\0embedded {}", image.source));
+        let mut map = self.inner.user_programs.map.lock();
+        if let Some(p) = map.get(&key) {
+            return Ok(p.clone());
+        }
+        let ptx = String::from_utf8(crate::aot::inflate(image.ptx.1)?).map_err(|_| {
+            crate::error::unavailable(format!("the embedded PTX of {} is not text", image.source))
+        })?;
+        crate::ptx::entries(&ptx)?;
+        let pointers = crate::nvrtc::embedded_pointers(&ptx)?;
+        self.bind()?;
+        let (major, minor) =
+            self.inner.ctx.compute_capability().map_err(|e| driver(e, "compute capability"))?;
+        let cc = |v: i32| {
+            u32::try_from(v)
+                .map_err(|_| crate::error::unavailable(format!("compute capability {major}.{minor}")))
+        };
+        let ctx = &self.inner.ctx;
+        let (module, _) =
+            crate::aot::load_with(image, cc(major)?, cc(minor)?, |choice, bytes| match choice {
+                crate::aot::Choice::Ptx(_) => ctx.load_module(Ptx::from_src(String::from_utf8_lossy(&bytes))),
+                _ => ctx.load_module(Ptx::from_binary(bytes)),
+            })?;
+        let p = Arc::new(UserProgram {
+            ptx,
+            pointers,
+            module,
+            ctx: ctx.clone(),
+            kernels: Mutex::new(HashMap::new()),
+        });
+        map.insert(key, p.clone());
+        Ok(p)
+    }
+
     /// Compiles `source` (cached as [`CudaBackend::user_program`]) and returns its kernel
     /// `name`.
     ///

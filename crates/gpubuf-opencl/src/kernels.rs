@@ -33,11 +33,23 @@ use std::ffi::c_void;
 use std::ptr;
 use std::sync::Arc;
 
-/// The kernel source, from `kernels/opencl/plan.cl`.
-pub const PLAN_SOURCE: &str = include_str!("../../../kernels/opencl/plan.cl");
+/// The per-work-item kernel source: `kernels/opencl/prelude.cl`, the shared
+/// `kernels/shared/segment.h` and `kernels/opencl/plan.cl` (the host's [`prelude`] goes
+/// before it).
+pub const PLAN_SOURCE: &str = concat!(
+    include_str!("../../../kernels/opencl/prelude.cl"),
+    include_str!("../../../kernels/shared/segment.h"),
+    include_str!("../../../kernels/opencl/plan.cl")
+);
 
-/// The block-shaped kernel source, from `kernels/opencl/plan_blocks.cl`.
-pub const PLAN_BLOCKS_SOURCE: &str = include_str!("../../../kernels/opencl/plan_blocks.cl");
+/// The block-shaped kernel source: `kernels/opencl/prelude.cl` and the shared
+/// `kernels/shared/segment.h` and `kernels/shared/plan_blocks.h`, the text the CUDA backend
+/// compiles after its own prelude (the host's [`prelude`] goes before it).
+pub const PLAN_BLOCKS_SOURCE: &str = concat!(
+    include_str!("../../../kernels/opencl/prelude.cl"),
+    include_str!("../../../kernels/shared/segment.h"),
+    include_str!("../../../kernels/shared/plan_blocks.h")
+);
 
 /// The row-walking kernel source, from `kernels/opencl/plan_rows.cl`.
 pub const PLAN_ROWS_SOURCE: &str = include_str!("../../../kernels/opencl/plan_rows.cl");
@@ -365,7 +377,7 @@ impl OpenClBackend {
             let blocks = part.program.kernel == PlanKernel::Blocks;
             // SAFETY: argument types match the kernels' signatures: plan.cl and plan_rows.cl
             // take (long*, long*, int, long, int, T*, long, long*, T* x slots),
-            // plan_blocks.cl the same without the `long`; every cl_mem is a live buffer of
+            // plan_blocks.h the same without the `long`; every cl_mem is a live buffer of
             // this context.
             unsafe {
                 let mut at = 0u32;

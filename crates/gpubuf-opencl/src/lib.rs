@@ -2,7 +2,7 @@
 //!
 //! [`OpenClBackend::new`] returns [`gpubuf_core::Error::BackendUnavailable`] instead of
 //! panicking when no runtime or device exists. Copy plans run as one kernel launch, built
-//! once per context, slot count and shape: `kernels/opencl/plan_blocks.cl` (a work-group
+//! once per context, slot count and shape: `kernels/shared/plan_blocks.h` (a work-group
 //! per block) on GPU and accelerator devices, `kernels/opencl/plan_rows.cl` (units of rows
 //! per work-item) on CPU devices, `kernels/opencl/plan.cl` (a run of elements per
 //! work-item) when asked for; [`shape`] says how one is chosen.

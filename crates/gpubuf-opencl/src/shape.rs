@@ -5,7 +5,7 @@
 //!   advancing the source index incrementally. Chosen only when asked for: it was the CPU
 //!   devices' shape before [`PlanKernel::Rows`], which moves the same plans 2-3x faster on
 //!   PoCL.
-//! - [`PlanKernel::Blocks`] (`kernels/opencl/plan_blocks.cl`): one work-group of 256
+//! - [`PlanKernel::Blocks`] (`kernels/shared/plan_blocks.h`): one work-group of 256
 //!   work-items per block of 1024 buffer elements or 32 x 32 tile of a transposed segment,
 //!   the segment found once per block, four independent coalesced moves per work-item,
 //!   16-byte moves where a block is one aligned row of stride 1 on both sides. The right
@@ -49,11 +49,11 @@ pub const MAX_CHUNK: usize = 1 << 16;
 pub const MAX_SLOTS: usize = 64;
 
 /// Work-items per work-group of the [`PlanKernel::Blocks`] kernel (`THREADS` in
-/// plan_blocks.cl).
+/// plan_blocks.h).
 pub const BLOCK_THREADS: usize = 256;
 
 /// Buffer elements per block of the [`PlanKernel::Blocks`] kernel (`ELEMS` in
-/// plan_blocks.cl; its tiles are 32 x 32).
+/// kernels/opencl/prelude.cl; its tiles are 32 x 32).
 pub const BLOCK_ELEMS: usize = 1024;
 
 /// Elements per work-item (a run of whole rows, or part of one longer row) of the
@@ -69,7 +69,7 @@ pub(crate) const DEFAULT_CHUNK: usize = 64;
 pub enum PlanKernel {
     /// Runs of consecutive buffer elements per work-item (`plan.cl`): only when asked for.
     Items,
-    /// One work-group per block or tile (`plan_blocks.cl`): GPU and accelerator devices.
+    /// One work-group per block or tile (`plan_blocks.h`): GPU and accelerator devices.
     Blocks,
     /// Units of whole rows per work-item, walked in the array's memory order
     /// (`plan_rows.cl`): the CPU backend's executor, for CPU devices.
@@ -139,6 +139,15 @@ pub fn prelude(slots: usize, chunk: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The host's block shape is the one the shared block kernel is built with.
+    #[test]
+    fn block_shape_matches_the_kernel_source() {
+        let src = crate::kernels::PLAN_BLOCKS_SOURCE;
+        assert!(src.contains(&format!("\n#define ELEMS {BLOCK_ELEMS}\n")), "ELEMS");
+        assert!(src.contains(&format!("\n#define THREADS {BLOCK_THREADS}\n")), "THREADS");
+        assert_eq!(src.matches("#define ELEMS").count(), 1);
+    }
 
     #[test]
     fn prelude_clamps_its_arguments() {

@@ -53,7 +53,7 @@ fn cuda_kernels_compile_to_ptx() {
     let required = std::env::var("GPUBUF_REQUIRE").map(|v| v.contains("nvrtc")).unwrap_or(false);
     match nvrtc_available() {
         Ok(()) => {
-            let ptx = compile_ptx().expect("kernels/cuda/plan.cu must compile");
+            let ptx = compile_ptx().expect("the plan kernels (kernels/shared/plan_blocks.h) must compile");
             for w in [1, 2, 4, 8] {
                 assert!(ptx.contains(&format!(".entry gather_{w}")), "gather_{w} missing from PTX");
                 assert!(ptx.contains(&format!(".entry scatter_{w}")), "scatter_{w} missing from PTX");

@@ -1,0 +1,219 @@
+// Copy-plan gather and scatter in blocks: the block kernel of the OpenCL backend on GPUs
+// and accelerators and of the CUDA backend, written once. The OpenCL build puts
+// kernels/opencl/prelude.cl and kernels/shared/segment.h before this text, the CUDA build
+// kernels/cuda/prelude.cuh and segment.h; the preludes say what differs (address spaces,
+// barriers, indices, vector types, how sources arrive, the block shape ELEMS and TILE).
+//
+// The host cuts the plan into blocks (gpubuf-core's encode.rs `encode_blocks`, ELEMS
+// elements per block): segment records of SEG_WORDS words (source, offset, e0..e3,
+// s0..s3, dst, negate, mode, len; dims merged where the source is dense across them) and
+// `groups`, the prefix sums of the segments' block counts. One work-group (CUDA block) of
+// THREADS work-items runs one table block. Work-item 0 finds the block's segment (one
+// binary search) and its first element once, into local memory; each work-item then moves
+// ELEMS / THREADS independent elements (t, t + THREADS, ...: coalesced), a load and a
+// store each, indices advanced from the block's start rather than decomposed per element.
+// A block inside one row of source stride +1 whose array and buffer ends are both 16-byte
+// aligned moves in 16-byte vectors. Transposed segments move in TILE x TILE tiles through
+// local memory. Work-items past the end of a short block or an edge tile are clamped onto
+// its last element, which they move again with the same value, rather than masked off:
+// PoCL runs masked stores as a read, a blend and a full-width write, which raced with
+// other work-groups' stores and wrote past the end of the buffer. Values move as unsigned
+// integers of the element width, so every dtype is bit-exact; negation flips the sign bit
+// of floats and takes the two's complement of integers.
+
+#define SEG_WORDS 14
+#define MODE_TILE 1
+#define THREADS 256
+#define PER_THREAD (ELEMS / THREADS)
+
+typedef struct {
+    i64 base, dbase, n, nc;
+    i64 i3, i2, i1, e3, e2, e1, m3, m2, m1;
+    i64 s0, s1, s2, s3;
+    u64 flip, add;
+    int src, fwd, bwd, til, vec;
+} Header;
+
+// Multiplier for c / e as a multiply and a shift, exact for c < 2 * ELEMS; 0 when
+// e >= ELEMS, where the dividends met are below 2 * e and the quotient is a comparison.
+DEVICE_FN i64 magic(i64 e) {
+    return e < ELEMS ? (i64)((((u64)1 << 32) + (u64)e - 1) / (u64)e) : 0;
+}
+
+DEVICE_FN i64 small_div(i64 c, i64 e, i64 m) {
+    return m ? (i64)(((u64)c * (u64)m) >> 32) : (i64)(c >= e);
+}
+
+// Fills the header of this work-group's block but its `vec` (which needs the sources'
+// addresses, see PLAN_BLOCKS). `buf_off` is the buffer's element offset.
+DEVICE_FN void block_header(LOCAL_PTR Header* h, GLOBAL const i64* RESTRICT segs,
+                            GLOBAL const i64* RESTRICT groups, int nseg, int is_float, int width,
+                            i64 buf_off) {
+    i64 g = GROUP_ID();
+    int k = find_segment(groups, nseg, g);
+    GLOBAL const i64* seg = segs + (i64)k * SEG_WORDS;
+    i64 e1 = seg[3], e2 = seg[4], e3 = seg[5];
+    i64 s0 = seg[6], s1 = seg[7], s2 = seg[8], s3 = seg[9];
+    i64 b = g - groups[k];
+    int neg = seg[11] != 0;
+    i64 len = seg[13];
+    u64 sign = (u64)1 << (8 * width - 1);
+    h->flip = neg ? (is_float ? sign : ~(u64)0) : 0;
+    h->add = (neg && !is_float) ? 1 : 0;
+    h->src = (int)seg[0];
+    h->s0 = s0;
+    h->s1 = s1;
+    h->s2 = s2;
+    h->s3 = s3;
+    h->e3 = e3;
+    h->e2 = e2;
+    h->e1 = e1;
+    h->fwd = h->bwd = h->til = h->vec = 0;
+    if (seg[12] == MODE_TILE) {
+        i64 ct = (e3 + TILE - 1) / TILE;
+        i64 rt = (e2 + TILE - 1) / TILE;
+        i64 cb = b % ct;
+        b /= ct;
+        i64 rb = b % rt;
+        b /= rt;
+        i64 i1 = b % e1, i0 = b / e1;
+        i64 q0 = rb * TILE, c0 = cb * TILE;
+        h->base = seg[1] + i0 * s0 + i1 * s1 + q0 * s2 + c0 * s3;
+        h->dbase = buf_off + seg[10] + ((i0 * e1 + i1) * e2 + q0) * e3 + c0;
+        h->n = min((i64)TILE, e2 - q0);
+        h->nc = min((i64)TILE, e3 - c0);
+        h->til = 1;
+        return;
+    }
+    // ELEMS elements from `start`; the last block of a segment ends at its end.
+    i64 start = len >= ELEMS ? min(b * ELEMS, len - ELEMS) : 0;
+    i64 i3 = start % e3, r = start / e3;
+    i64 i2 = r % e2;
+    r /= e2;
+    i64 i1 = r % e1, i0 = r / e1;
+    h->base = seg[1] + i0 * s0 + i1 * s1 + i2 * s2 + i3 * s3;
+    h->dbase = buf_off + seg[10] + start;
+    h->n = min((i64)ELEMS, len);
+    int row = len >= ELEMS && i3 + ELEMS <= e3;
+    h->fwd = row && s3 == 1;
+    h->bwd = row && s3 == -1;
+    h->i3 = i3;
+    h->i2 = i2;
+    h->i1 = i1;
+    h->m3 = magic(e3);
+    h->m2 = magic(e2);
+    h->m1 = magic(e1);
+}
+
+// The source index of the block's element l, carried over the extents from its first.
+DEVICE_FN i64 general_index(LOCAL_PTR const Header* h, i64 l) {
+    i64 c3 = h->i3 + l;
+    i64 q3 = small_div(c3, h->e3, h->m3);
+    i64 c2 = h->i2 + q3;
+    i64 q2 = small_div(c2, h->e2, h->m2);
+    i64 c1 = h->i1 + q2;
+    i64 q1 = small_div(c1, h->e1, h->m1);
+    return h->base + (c3 - q3 * h->e3 - h->i3) * h->s3 + (c2 - q2 * h->e2 - h->i2) * h->s2 +
+           (c1 - q1 * h->e1 - h->i1) * h->s1 + q1 * h->s0;
+}
+
+// One kernel per direction and width: GATHER is 1 (array -> buffer) or 0 (buffer ->
+// array); VT is the 16-byte vector of T, NV the vectors in a block, VPT per work-item.
+// Buffer and arrays are one non-const T* in both directions: a gather writes the buffer,
+// a scatter the arrays.
+#define PLAN_BLOCKS(NAME, T, W, GATHER)                                                          \
+    BLOCK_KERNEL NAME##_##W(GLOBAL const i64* RESTRICT segs, GLOBAL const i64* RESTRICT groups,  \
+                            int nseg, int is_float, GLOBAL T* RESTRICT buf PLAN_SOURCES(T)) {    \
+        LOCAL_VAR Header h;                                                                      \
+        LOCAL_VAR T tile[TILE * (TILE + 1)];                                                     \
+        if (LOCAL_ID() == 0) {                                                                   \
+            block_header(&h, segs, groups, nseg, is_float, W, BUF_OFF);                          \
+            u64 ends = (SRC_BYTE(h.src, W) + (u64)h.base * W) | (BUF_BYTE + (u64)h.dbase * W);   \
+            h.vec = h.fwd && (ends & 15) == 0;                                                   \
+        }                                                                                        \
+        BARRIER();                                                                               \
+        GLOBAL T* arr = 0;                                                                       \
+        SRC_PICK(h.src, arr);                                                                    \
+        const T flip = (T)h.flip, add = (T)h.add;                                                \
+        const i64 base = h.base, dbase = h.dbase;                                                \
+        const int tid = LOCAL_ID();                                                              \
+        if (h.til) {                                                                             \
+            /* The tile is [column (dim 3)][row (dim 2)]: rows are contiguous in the array,   */ \
+            /* columns in the buffer; a is a row < n, b a column < nc.                         */ \
+            const int n = (int)h.n, nc = (int)h.nc;                                              \
+            UNROLL                                                                               \
+            for (int j = tid / TILE; j < TILE; j += THREADS / TILE) {                            \
+                if (GATHER) {                                                                    \
+                    int a = min(tid % TILE, n - 1), b = min(j, nc - 1);                          \
+                    tile[b * (TILE + 1) + a] = arr[base + a * h.s2 + b * h.s3];                  \
+                } else {                                                                         \
+                    int a = min(j, n - 1), b = min(tid % TILE, nc - 1);                          \
+                    tile[b * (TILE + 1) + a] = buf[dbase + a * h.e3 + b];                        \
+                }                                                                                \
+            }                                                                                    \
+            BARRIER();                                                                           \
+            UNROLL                                                                               \
+            for (int j = tid / TILE; j < TILE; j += THREADS / TILE) {                            \
+                if (GATHER) {                                                                    \
+                    int a = min(j, n - 1), b = min(tid % TILE, nc - 1);                          \
+                    buf[dbase + a * h.e3 + b] = (T)((tile[b * (TILE + 1) + a] ^ flip) + add);    \
+                } else {                                                                         \
+                    int a = min(tid % TILE, n - 1), b = min(j, nc - 1);                          \
+                    arr[base + a * h.s2 + b * h.s3] = (T)((tile[b * (TILE + 1) + a] ^ flip) + add); \
+                }                                                                                \
+            }                                                                                    \
+        } else if (h.vec) {                                                                      \
+            /* Both ends 16-byte aligned (checked above): NV vectors per block. */               \
+            GLOBAL VEC_##W* va = (GLOBAL VEC_##W*)(arr + base);                                  \
+            GLOBAL VEC_##W* vb = (GLOBAL VEC_##W*)(buf + dbase);                                 \
+            VEC_##W x[(ELEMS * W / 16 + THREADS - 1) / THREADS];                                 \
+            UNROLL                                                                               \
+            for (int j = 0; j < (ELEMS * W / 16 + THREADS - 1) / THREADS; j++) {                 \
+                int q = min(tid + j * THREADS, ELEMS * W / 16 - 1);                              \
+                x[j] = GATHER ? va[q] : vb[q];                                                   \
+            }                                                                                    \
+            UNROLL                                                                               \
+            for (int j = 0; j < (ELEMS * W / 16 + THREADS - 1) / THREADS; j++) {                 \
+                int q = min(tid + j * THREADS, ELEMS * W / 16 - 1);                              \
+                VEC_##W y = VNEG(x[j], flip, add);                                               \
+                if (GATHER) vb[q] = y; else va[q] = y;                                           \
+            }                                                                                    \
+        } else {                                                                                 \
+            const int fwd = h.fwd, bwd = h.bwd;                                                  \
+            const i64 n = h.n;                                                                   \
+            T v[PER_THREAD];                                                                     \
+            /* All loads first, then all stores: PER_THREAD independent moves in flight. */     \
+            UNROLL                                                                               \
+            for (int j = 0; j < PER_THREAD; j++) {                                               \
+                i64 l = min((i64)(tid + j * THREADS), n - 1);                                    \
+                if (fwd) {                                                                       \
+                    v[j] = GATHER ? arr[base + l] : buf[dbase + l];                              \
+                } else if (bwd) {                                                                \
+                    v[j] = GATHER ? arr[base - l] : buf[dbase + l];                              \
+                } else {                                                                         \
+                    v[j] = GATHER ? arr[general_index(&h, l)] : buf[dbase + l];                  \
+                }                                                                                \
+            }                                                                                    \
+            UNROLL                                                                               \
+            for (int j = 0; j < PER_THREAD; j++) {                                               \
+                i64 l = min((i64)(tid + j * THREADS), n - 1);                                    \
+                T x = (T)((v[j] ^ flip) + add);                                                  \
+                if (fwd) {                                                                       \
+                    if (GATHER) buf[dbase + l] = x; else arr[base + l] = x;                      \
+                } else if (bwd) {                                                                \
+                    if (GATHER) buf[dbase + l] = x; else arr[base - l] = x;                      \
+                } else {                                                                         \
+                    if (GATHER) buf[dbase + l] = x; else arr[general_index(&h, l)] = x;          \
+                }                                                                                \
+            }                                                                                    \
+        }                                                                                        \
+    }
+
+#define DEFINE_PLAN(T, W)                                                                        \
+    PLAN_BLOCKS(gather, T, W, 1)                                                                 \
+    PLAN_BLOCKS(scatter, T, W, 0)
+
+DEFINE_PLAN(u8, 1)
+DEFINE_PLAN(u16, 2)
+DEFINE_PLAN(u32, 4)
+DEFINE_PLAN(u64, 8)
