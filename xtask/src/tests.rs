@@ -59,6 +59,12 @@ pub fn test_all() -> bool {
     let started = Instant::now();
     let mut lap = Laps::new();
     let ci = std::env::var("CI").map(|v| v == "true" || v == "1").unwrap_or(false);
+    if ci && std::env::var_os("CARGO_INCREMENTAL").is_none() {
+        // A CI run builds once: incremental state would only take disk (gigabytes across the
+        // profiles and feature sets test-all builds), and a full disk fails every later step.
+        // Set before any thread or child starts, so every cargo below inherits it.
+        std::env::set_var("CARGO_INCREMENTAL", "0");
+    }
     let mut tally = Tally::default();
     let problems = limited(&mut tally, "install-deps", 20, |_| deps::install());
     for p in problems {
