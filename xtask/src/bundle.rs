@@ -24,12 +24,14 @@ here=$(cd "$(dirname "$0")" && pwd)
 for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
   [ -d "$d" ] && export LD_LIBRARY_PATH="$d:${LD_LIBRARY_PATH:-}"
 done
+# Empty when unset (a machine with the driver only), which `set -u` would refuse.
+LIB_DIRS=${LD_LIBRARY_PATH:-}
 # has_lib NAME...: whether the dynamic loader finds one of these file names.
 has_lib() {
   local n d
   for n in "$@"; do
     ldconfig -p 2>/dev/null | grep -q " $n " && return 0
-    for d in ${LD_LIBRARY_PATH//:/ }; do [ -e "$d/$n" ] && return 0; done
+    for d in ${LIB_DIRS//:/ }; do [ -e "$d/$n" ] && return 0; done
   done
   return 1
 }
@@ -47,6 +49,7 @@ out=${OUT:-$here/out}
 mkdir -p "$out/rc"
 summary=()
 failed=0
+skipped=0
 # record NAME RC: one summary line.
 record() {
   if [ "$2" -eq 0 ]; then
@@ -97,7 +100,12 @@ for b in ${BENCH_BACKENDS:-cuda cpu}; do
 done
 # The Python tests, on CUDA too, where the bundle carries a wheel and python3 has numpy
 # and pytest (the MPI tests need mpirun and are left to the MPI step of test-all).
-if ls "$here"/python/*.whl >/dev/null 2>&1; then
+# A python3 without them is a skip, named with what to install, not a failure.
+if ls "$here"/python/*.whl >/dev/null 2>&1 && ! python3 -c 'import numpy, pytest' >/dev/null 2>&1; then
+  echo "== python"
+  summary+=("skipped python (python3 lacks numpy or pytest: python3 -m pip install numpy pytest)")
+  skipped=$((skipped + 1))
+elif ls "$here"/python/*.whl >/dev/null 2>&1; then
   step python sh -c 'rm -rf "$1/site" && python3 -m pip install -q --no-deps --no-index \
       --target "$1/site" "$0"/python/*.whl && cd "$0/python/crates/gpubuf-python/tests" && \
       PYTHONPATH="$1/site" \
@@ -106,7 +114,7 @@ fi
 step demo_cuda "$here/gpubuf" demo --backend cuda --size 512 --steps 200 --out "$out/demo_cuda.png"
 echo "== summary (GPUBUF_REQUIRE=$GPUBUF_REQUIRE, GPUBUF_OPENCL_DEVICE=${GPUBUF_OPENCL_DEVICE:-}, logs in $out)"
 printf '%s\n' "${summary[@]}"
-echo "${#summary[@]} steps, $failed failed"
+echo "${#summary[@]} steps, $failed failed, $skipped skipped"
 [ $failed -eq 0 ]
 "#;
 
@@ -247,12 +255,15 @@ mod tests {
     }
 
     fn run_with(dir: &Path, env: &[(&str, &Path)]) -> (bool, String) {
+        // No LD_LIBRARY_PATH unless given (cargo sets one for tests): a machine with the
+        // driver only and no CUDA toolkit has none.
         let out = Command::new("bash")
             .arg(dir.join("run.sh"))
+            .env_remove("LD_LIBRARY_PATH")
             .envs(env.iter().copied())
             .env_remove("GPUBUF_REQUIRE")
             .env("OUT", dir.join("out"))
-            .env("PATH", format!("{}:/usr/bin:/bin", dir.join("no-such-dir").display()))
+            .env("PATH", format!("{}:/usr/bin:/bin", dir.join("bin").display()))
             .output();
         match out {
             Ok(o) => (o.status.success(), String::from_utf8_lossy(&o.stdout).into_owned()),
@@ -275,6 +286,34 @@ mod tests {
         if !Path::new("/usr/bin/nvidia-smi").exists() && !Path::new("/bin/nvidia-smi").exists() {
             assert!(stdout.contains("FAILED  gpu"), "{stdout}");
         }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A wheel in the bundle and a python3 without numpy or pytest: the Python step is a
+    /// skip that says what to install, and the run passes; with them, the tests run.
+    #[test]
+    fn python_tests_without_pytest_are_a_named_skip() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("gpubuf-bundle-python-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(bundle(&dir, false).is_ok());
+        for sub in ["python/crates/gpubuf-python/tests", "bin"] {
+            assert!(std::fs::create_dir_all(dir.join(sub)).is_ok());
+        }
+        assert!(std::fs::write(dir.join("python/gpubuf-0-cp310-abi3-linux_x86_64.whl"), b"").is_ok());
+        let python = |body: &str| {
+            let path = dir.join("bin/python3");
+            assert!(std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).is_ok());
+            assert!(std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).is_ok());
+        };
+        python("exit 1"); // no module imports
+        let (_, stdout) = run(&dir);
+        assert!(stdout.contains("skipped python (python3 lacks numpy or pytest"), "{stdout}");
+        assert!(!stdout.contains("FAILED  python") && stdout.contains(" failed, 1 skipped"), "{stdout}");
+        python("exit 0"); // imports and the tests pass
+        let (_, stdout) = run(&dir);
+        assert!(stdout.contains("ok      python"), "{stdout}");
+        assert!(stdout.contains(", 0 skipped"), "{stdout}");
         let _ = std::fs::remove_dir_all(&dir);
     }
 
