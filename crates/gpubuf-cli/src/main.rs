@@ -61,7 +61,7 @@ enum BackendArg {
     Cpu,
     /// OpenCL (any platform: PoCL, a GPU driver).
     Opencl,
-    /// CUDA (needs libcuda and NVRTC).
+    /// CUDA (needs the driver's libcuda; NVRTC only for user kernels and pre-Volta GPUs).
     Cuda,
 }
 
