@@ -112,6 +112,10 @@ elif ls "$here"/python/*.whl >/dev/null 2>&1; then
       python3 -m pytest -q -p no:cacheprovider --ignore mpi -ra .' "$here" "$out"
 fi
 step demo_cuda "$here/gpubuf" demo --backend cuda --size 512 --steps 200 --out "$out/demo_cuda.png"
+# The embedded CUDA stencil against the host stencil's checksum (gpubuf-cli's tests/cli.rs,
+# HOST_CHECKSUMS): bit for bit after 61 steps on 64 x 64.
+step demo_cuda_bits sh -c '"$0" demo --backend cuda --size 64 --steps 61 --out "$1" | tee /dev/stderr | \
+    grep -q "^checksum 8066592cb70833ac "' "$here/gpubuf" "$out/demo_cuda_bits.png"
 echo "== summary (GPUBUF_REQUIRE=$GPUBUF_REQUIRE, GPUBUF_OPENCL_DEVICE=${GPUBUF_OPENCL_DEVICE:-}, logs in $out)"
 printf '%s\n' "${summary[@]}"
 echo "${#summary[@]} steps, $failed failed, $skipped skipped"

@@ -130,9 +130,18 @@ fn checksum_of(stdout: &str) -> Option<String> {
     })
 }
 
-fn opencl_available() -> bool {
+fn available(backend: &str) -> bool {
     let v = info_json(&mut gpubuf());
-    v.iter().find(|b| b["backend"] == "opencl").map(|b| b["available"] == true).unwrap_or(false)
+    v.iter().find(|b| b["backend"] == backend).map(|b| b["available"] == true).unwrap_or(false)
+}
+
+fn opencl_available() -> bool {
+    available("opencl")
+}
+
+/// Whether `GPUBUF_REQUIRE` names `backend` (then it must run, not skip).
+fn required(backend: &str) -> bool {
+    std::env::var("GPUBUF_REQUIRE").is_ok_and(|v| v.split(',').any(|b| b.trim() == backend))
 }
 
 /// Checksums of the host-computed stencil the demo ran before it moved to the device
@@ -142,10 +151,15 @@ const HOST_CHECKSUMS: [(usize, usize, &str); 3] =
     [(64, 60, "400e958e2a1d4834"), (64, 61, "8066592cb70833ac"), (3, 5, "44fe90f66e70f70d")];
 
 #[test]
-fn demo_matches_the_host_stencil_on_cpu_and_opencl() {
+fn demo_matches_the_host_stencil_on_every_backend() {
     let mut backends = vec!["cpu"];
-    if opencl_available() {
-        backends.push("opencl");
+    for device in ["opencl", "cuda"] {
+        if available(device) {
+            backends.push(device);
+        } else {
+            assert!(!required(device), "{device} is required (GPUBUF_REQUIRE) but unavailable");
+            eprintln!("{device} skipped: unavailable");
+        }
     }
     for backend in backends {
         for (size, steps, want) in HOST_CHECKSUMS {

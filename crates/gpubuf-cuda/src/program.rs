@@ -158,8 +158,9 @@ impl CudaBackend {
     /// missing, or an image does not inflate; [`Error::Build`] when NVRTC cannot compile for
     /// the device; driver errors loading the module.
     pub fn embedded_program(&self, image: &'static crate::aot::Embedded) -> Result<Arc<UserProgram>> {
-        // Options from users never hold a NUL byte (refused), so this key is an embedded one.
-        let key = (image.text.to_string(), format!("\0embedded {}", image.source));
+        // Options from users never hold a NUL byte (refused), so this key is an embedded
+        // one; embedded sources have distinct names.
+        let key = (image.source.to_string(), "\0embedded".to_string());
         let mut map = self.inner.user_programs.map.lock();
         if let Some(p) = map.get(&key) {
             return Ok(p.clone());
