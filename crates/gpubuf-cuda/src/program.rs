@@ -117,6 +117,11 @@ impl CudaBackend {
     /// cached then); [`Error::BackendUnavailable`] without NVRTC; driver errors loading the
     /// module.
     pub fn user_program(&self, source: &str, options: &str) -> Result<Arc<UserProgram>> {
+        // Before the cache: a NUL byte is refused, never looked up (embedded programs are
+        // cached under options that hold one).
+        if source.contains('\0') || options.contains('\0') {
+            return Err(Error::invalid("a CUDA source or NVRTC options hold a NUL byte"));
+        }
         let key = (source.to_string(), options.to_string());
         let mut map = self.inner.user_programs.map.lock();
         if let Some(p) = map.get(&key) {
