@@ -186,8 +186,9 @@ impl CudaBackend {
         let (module, _) =
             crate::aot::load_with(image, cc(major)?, cc(minor)?, |choice, bytes| match choice {
                 crate::aot::Choice::Ptx(_) => ctx.load_module(Ptx::from_src(String::from_utf8_lossy(&bytes))),
-                // A cubin: the driver reads ELF images through aligned loads; a Vec<u8> of this
-                // size comes from the system allocator's malloc, which aligns to 16 bytes.
+                // A cubin: the driver reads ELF images through aligned loads; allocators hand
+                // out blocks of this size (kilobytes) 16-byte aligned (glibc's malloc, which
+                // Rust's system allocator calls, jemalloc, mimalloc).
                 _ => ctx.load_module(Ptx::from_binary(bytes)),
             })?;
         let p = Arc::new(UserProgram {
