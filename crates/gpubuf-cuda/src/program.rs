@@ -164,8 +164,8 @@ impl CudaBackend {
     /// the device; driver errors loading the module.
     pub fn embedded_program(&self, image: &'static crate::aot::Embedded) -> Result<Arc<UserProgram>> {
         // Options from users never hold a NUL byte (refused), so this key is an embedded
-        // one; embedded sources have distinct names.
-        let key = (image.source.to_string(), "\0embedded".to_string());
+        // one; keyed by the image's address, as a caller's own `Embedded` may reuse a name.
+        let key = (format!("{:p}", image), "\0embedded".to_string());
         let mut map = self.inner.user_programs.map.lock();
         if let Some(p) = map.get(&key) {
             return Ok(p.clone());
