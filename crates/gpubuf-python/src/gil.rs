@@ -86,3 +86,35 @@ impl Allocator for GilAllocator {
         self.device.memory_info()
     }
 }
+
+/// A value touched only with the GIL held: the cheapest mutable slot a Python object can
+/// have (no lock, no atomic). For state of `frozen` classes that every method changes
+/// under the GIL, such as a pooled buffer's block.
+///
+/// Sound because this extension is built for the stable ABI (`abi3`), which only
+/// interpreters with a GIL load: every access takes a [`Python`] token, and while one
+/// thread holds the GIL no other runs Python or this extension.
+pub struct GilCell<T>(std::cell::UnsafeCell<T>);
+
+// SAFETY: the value is reached only through `with` (a `Python` token, so the GIL is held:
+// one thread at a time, see the type's docs) or `get_mut` (`&mut self`, exclusive); `T:
+// Send` lets it be reached from whichever thread holds the GIL.
+unsafe impl<T: Send> Sync for GilCell<T> {}
+
+impl<T> GilCell<T> {
+    /// A cell holding `value`.
+    pub fn new(value: T) -> Self {
+        GilCell(std::cell::UnsafeCell::new(value))
+    }
+
+    /// Runs `f` on the value with the GIL held (`_py`). `f` must not run Python code or
+    /// let the GIL go (which could let another thread, or this one again, into the cell):
+    /// keep it to moving the value in or out and reading it; drop what it takes out
+    /// after `with` returns.
+    pub fn with<R>(&self, _py: Python<'_>, f: impl FnOnce(&mut T) -> R) -> R {
+        // SAFETY: the GIL is held (`_py`) and `f` neither runs Python nor releases the GIL
+        // (the contract above, kept by every caller in this crate), so no other reference
+        // to the value exists while `f` runs.
+        f(unsafe { &mut *self.0.get() })
+    }
+}

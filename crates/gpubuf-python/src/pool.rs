@@ -7,11 +7,10 @@ use crate::args::{bytes_arg, shape_arg};
 use crate::backend::PyBackend;
 use crate::dtype::{parse_dtype, with_dtype, AnyArray, Wrap};
 use crate::errors::{invalid, stats_dict, IntoPy};
-use crate::gil::{holding_gil, GilAllocator};
+use crate::gil::{holding_gil, GilAllocator, GilCell};
 use crate::pooled_buffer::PyPooledBuffer;
 use gpubuf::pool::{alloc_size, bin_number, Limit, PoolConfig, GRANULE};
 use gpubuf::{DType, Device, MemoryPool, Order};
-use parking_lot::Mutex;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
@@ -101,27 +100,14 @@ impl PyMemoryPool {
     ///
     /// A block the pool holds is handed out with the GIL kept; the GIL is released while
     /// the pool allocates from the device.
-    fn allocate(&self, py: Python<'_>, size: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
-        let bytes = bytes_arg(size)?;
-        if self.for_pyopencl {
-            crate::cl_pooled::drain();
-        }
-        // A held block first: no device call, so no GIL bookkeeping.
-        let block = match self.pool.allocate_held(bytes) {
-            Some(b) => b,
-            None => holding_gil(py, || self.pool.allocate(bytes)).py()?,
-        };
-        let device = self.pool.allocator().device.clone();
-        if self.for_pyopencl {
-            return crate::cl_pooled::hand_out(py, block, device, bytes);
-        }
-        let native = PyPooledBuffer { block: Mutex::new(Some(block)), size: bytes, device };
-        Ok(native.into_pyobject(py)?.into_any().unbind())
+    fn allocate(slf: &Bound<'_, Self>, size: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        let (py, this) = (slf.py(), slf.get());
+        this.allocate_for(slf, py, size)
     }
 
     /// ``pool(size)`` is ``pool.allocate(size)``.
-    fn __call__(&self, py: Python<'_>, size: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
-        self.allocate(py, size)
+    fn __call__(slf: &Bound<'_, Self>, size: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        slf.get().allocate_for(slf, slf.py(), size)
     }
 
     /// An array of ``shape`` and ``dtype`` (default float64) in a block of this pool; the
@@ -247,6 +233,36 @@ impl PyMemoryPool {
 }
 
 impl PyMemoryPool {
+    /// The pool's device.
+    pub(crate) fn device(&self) -> Device {
+        self.pool.allocator().device.clone()
+    }
+
+    /// `allocate` for the pool object `slf` (this one).
+    fn allocate_for(
+        &self,
+        slf: &Bound<'_, Self>,
+        py: Python<'_>,
+        size: &Bound<'_, PyAny>,
+    ) -> PyResult<Py<PyAny>> {
+        let bytes = bytes_arg(size)?;
+        if self.for_pyopencl {
+            crate::cl_pooled::drain();
+        }
+        // A held block first: no device call, so no GIL bookkeeping.
+        let block = match self.pool.allocate_held(bytes) {
+            Some(b) => b,
+            None => holding_gil(py, || self.pool.allocate(bytes)).py()?,
+        };
+        if self.for_pyopencl {
+            return crate::cl_pooled::hand_out(py, block, self.device(), bytes);
+        }
+        // The pool object, not its device: a Python reference costs no atomic operation.
+        let native =
+            PyPooledBuffer { block: GilCell::new(Some(block)), size: bytes, pool: slf.clone().unbind() };
+        Ok(native.into_pyobject(py)?.into_any().unbind())
+    }
+
     fn array(
         &self,
         py: Python<'_>,

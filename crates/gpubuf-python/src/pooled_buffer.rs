@@ -5,9 +5,9 @@ use crate::args::shape_arg;
 use crate::backend::PyBackend;
 use crate::dtype::{parse_dtype, with_dtype, AnyArray, Wrap};
 use crate::errors::{invalid, IntoPy};
-use crate::gil::GilAllocator;
+use crate::gil::{GilAllocator, GilCell};
+use crate::pool::PyMemoryPool;
 use gpubuf::{DType, Device, Order, PooledBuffer};
-use parking_lot::Mutex;
 use pyo3::prelude::*;
 
 /// A block on loan from a ``MemoryPool``: ``size`` bytes (pyopencl's ``PooledBuffer``).
@@ -15,9 +15,23 @@ use pyo3::prelude::*;
 /// does leaving a ``with`` block or dropping the last reference.
 #[pyclass(name = "PooledBuffer", module = "gpubuf", frozen, freelist = 64)]
 pub struct PyPooledBuffer {
-    pub(crate) block: Mutex<Option<PooledBuffer<GilAllocator>>>,
+    /// The block, None once released (touched only with the GIL held: a hit takes no
+    /// lock here).
+    pub(crate) block: GilCell<Option<PooledBuffer<GilAllocator>>>,
     pub(crate) size: usize,
-    pub(crate) device: Device,
+    /// The pool it came from (its device; a Python reference, counted without atomics).
+    pub(crate) pool: Py<PyMemoryPool>,
+}
+
+impl PyPooledBuffer {
+    fn device(&self) -> Device {
+        self.pool.get().device()
+    }
+
+    /// The block, taken out (None when already released).
+    fn take(&self, py: Python<'_>) -> Option<PooledBuffer<GilAllocator>> {
+        self.block.with(py, Option::take)
+    }
 }
 
 #[pymethods]
@@ -31,8 +45,8 @@ impl PyPooledBuffer {
     /// The block's real size (the request rounded up to its size class), or None once
     /// released.
     #[getter]
-    fn block_size(&self) -> Option<usize> {
-        self.block.lock().as_ref().map(|b| b.block_size())
+    fn block_size(&self, py: Python<'_>) -> Option<usize> {
+        self.block.with(py, |b| b.as_ref().map(|b| b.block_size()))
     }
 
     /// The block's OpenCL buffer handle (``cl_mem``), as pyopencl's ``int_ptr``: only for a
@@ -41,37 +55,38 @@ impl PyPooledBuffer {
     /// Raises ``InvalidArgumentError`` once released, for a block carved from inside a
     /// larger buffer, and ``DeviceMismatchError`` off OpenCL.
     #[getter]
-    fn int_ptr(&self) -> PyResult<usize> {
-        let guard = self.block.lock();
-        let block = guard.as_ref().ok_or_else(|| invalid("the pooled buffer was already released"))?;
-        if block.offset() != 0 {
-            return Err(invalid(format!(
-                "this block starts {} bytes into its OpenCL buffer: it has no cl_mem of its own \
-                 (pools made from pyopencl objects give every block its own)",
-                block.offset()
-            )));
-        }
-        crate::pyopencl::cl_mem(block.memory())
+    fn int_ptr(&self, py: Python<'_>) -> PyResult<usize> {
+        self.block.with(py, |guard| {
+            let block = guard.as_ref().ok_or_else(|| invalid("the pooled buffer was already released"))?;
+            if block.offset() != 0 {
+                return Err(invalid(format!(
+                    "this block starts {} bytes into its OpenCL buffer: it has no cl_mem of its own \
+                     (pools made from pyopencl objects give every block its own)",
+                    block.offset()
+                )));
+            }
+            crate::pyopencl::cl_mem(block.memory())
+        })
     }
 
     /// Whether the block went back to the pool.
     #[getter]
-    fn released(&self) -> bool {
-        self.block.lock().is_none()
+    fn released(&self, py: Python<'_>) -> bool {
+        self.block.with(py, |b| b.is_none())
     }
 
     /// The backend of the pool the block came from.
     #[getter]
     fn backend(&self) -> PyBackend {
-        PyBackend::new(self.device.clone())
+        PyBackend::new(self.device())
     }
 
     /// Returns the block to the pool now.
     ///
     /// Raises ``InvalidArgumentError`` when it was already released.
-    fn release(&self) -> PyResult<()> {
-        let block = self.block.lock().take();
-        match block {
+    fn release(&self, py: Python<'_>) -> PyResult<()> {
+        // Taken out, then dropped (back to the pool) outside the cell.
+        match self.take(py) {
             Some(b) => {
                 b.release();
                 Ok(())
@@ -87,7 +102,12 @@ impl PyPooledBuffer {
     /// Raises ``LengthMismatchError`` when the array needs more bytes than were asked for,
     /// ``InvalidArgumentError`` when the block was released; the block is unchanged then.
     #[pyo3(signature = (shape, dtype = None))]
-    fn as_ndbuffer(&self, shape: &Bound<'_, PyAny>, dtype: Option<&Bound<'_, PyAny>>) -> PyResult<AnyArray> {
+    fn as_ndbuffer(
+        &self,
+        py: Python<'_>,
+        shape: &Bound<'_, PyAny>,
+        dtype: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<AnyArray> {
         let d = dtype.map_or(Ok(DType::U8), parse_dtype)?;
         let shape = shape_arg(shape)?;
         let need = gpubuf::checked_size(&shape).py()?.checked_mul(d.size());
@@ -99,9 +119,8 @@ impl PyPooledBuffer {
                 Some(d),
             )));
         }
-        let mut guard = self.block.lock();
-        let block = guard.take().ok_or_else(|| invalid("the pooled buffer was already released"))?;
-        let buffer = block.into_buffer(&self.device).py()?;
+        let block = self.take(py).ok_or_else(|| invalid("the pooled buffer was already released"))?;
+        let buffer = block.into_buffer(&self.device()).py()?;
         let array = with_dtype!(d, T => {
             gpubuf::NDBuffer::<Device, T>::from_buffer(buffer, &shape, Order::C).map(T::wrap)
         })
@@ -121,13 +140,13 @@ impl PyPooledBuffer {
 
     /// Releases the block (if still held) at the end of a ``with`` block.
     #[pyo3(signature = (*_args))]
-    fn __exit__(&self, _args: &Bound<'_, pyo3::types::PyTuple>) -> bool {
-        drop(self.block.lock().take());
+    fn __exit__(&self, py: Python<'_>, _args: &Bound<'_, pyo3::types::PyTuple>) -> bool {
+        drop(self.take(py));
         false
     }
 
-    fn __repr__(&self) -> String {
-        match self.block_size() {
+    fn __repr__(&self, py: Python<'_>) -> String {
+        match self.block_size(py) {
             Some(b) => format!("gpubuf.PooledBuffer(size={}, block_size={b})", self.size),
             None => format!("gpubuf.PooledBuffer(size={}, released)", self.size),
         }
