@@ -258,8 +258,11 @@ impl PyMemoryPool {
             return crate::cl_pooled::hand_out(py, block, self.device(), bytes);
         }
         // The pool object, not its device: a Python reference costs no atomic operation.
-        let native =
-            PyPooledBuffer { block: GilCell::new(Some(block)), size: bytes, pool: slf.clone().unbind() };
+        let native = PyPooledBuffer {
+            block: GilCell::new(Some(block)),
+            size: bytes,
+            pool: slf.clone().into_any().unbind(),
+        };
         Ok(native.into_pyobject(py)?.into_any().unbind())
     }
 

@@ -6,7 +6,6 @@ use crate::backend::PyBackend;
 use crate::dtype::{parse_dtype, with_dtype, AnyArray, Wrap};
 use crate::errors::{invalid, IntoPy};
 use crate::gil::{GilAllocator, GilCell};
-use crate::pool::PyMemoryPool;
 use gpubuf::{DType, Device, Order, PooledBuffer};
 use pyo3::prelude::*;
 
@@ -19,13 +18,16 @@ pub struct PyPooledBuffer {
     /// lock here).
     pub(crate) block: GilCell<Option<PooledBuffer<GilAllocator>>>,
     pub(crate) size: usize,
-    /// The pool it came from (its device; a Python reference, counted without atomics).
-    pub(crate) pool: Py<PyMemoryPool>,
+    /// The `MemoryPool` it came from, whose `backend` is the block's device: a Python
+    /// reference (counted without atomics, unlike a clone of the device), read through the
+    /// pool's Python surface (no import of the pool's module here).
+    pub(crate) pool: Py<PyAny>,
 }
 
 impl PyPooledBuffer {
-    fn device(&self) -> Device {
-        self.pool.get().device()
+    fn device(&self, py: Python<'_>) -> PyResult<Device> {
+        let backend = self.pool.bind(py).getattr("backend")?;
+        Ok(backend.cast::<PyBackend>()?.get().device.clone())
     }
 
     /// The block, taken out (None when already released).
@@ -77,8 +79,8 @@ impl PyPooledBuffer {
 
     /// The backend of the pool the block came from.
     #[getter]
-    fn backend(&self) -> PyBackend {
-        PyBackend::new(self.device())
+    fn backend(&self, py: Python<'_>) -> PyResult<PyBackend> {
+        Ok(PyBackend::new(self.device(py)?))
     }
 
     /// Returns the block to the pool now.
@@ -119,8 +121,9 @@ impl PyPooledBuffer {
                 Some(d),
             )));
         }
+        let device = self.device(py)?;
         let block = self.take(py).ok_or_else(|| invalid("the pooled buffer was already released"))?;
-        let buffer = block.into_buffer(&self.device()).py()?;
+        let buffer = block.into_buffer(&device).py()?;
         let array = with_dtype!(d, T => {
             gpubuf::NDBuffer::<Device, T>::from_buffer(buffer, &shape, Order::C).map(T::wrap)
         })
