@@ -8,21 +8,26 @@
 // elements per block): segment records of SEG_WORDS words (source, offset, e0..e3,
 // s0..s3, dst, negate, mode, len; dims merged where the source is dense across them) and
 // `groups`, the prefix sums of the segments' block counts. One work-group (CUDA block) of
-// THREADS work-items runs one table block. Work-item 0 finds the block's segment (one
-// binary search) and its first element once, into local memory; each work-item then moves
+// THREADS work-items runs one table block. The work-items find the block's segment
+// together (block_segment: one memory round trip for up to THREADS + 1 segments), then
+// work-item 0 its first element, into local memory; each work-item then moves
 // ELEMS / THREADS independent elements (t, t + THREADS, ...: coalesced), a load and a
 // store each, indices advanced from the block's start rather than decomposed per element.
-// A block inside one row of source stride +1 whose array and buffer ends are both 16-byte
-// aligned moves in 16-byte vectors. Transposed segments move in TILE x TILE tiles through
-// local memory. Work-items past the end of a short block or an edge tile are clamped onto
-// its last element, which they move again with the same value, rather than masked off:
-// PoCL runs masked stores as a read, a blend and a full-width write, which raced with
-// other work-groups' stores and wrote past the end of the buffer. Values move as unsigned
-// integers of the element width, so every dtype is bit-exact; negation flips the sign bit
-// of floats and takes the two's complement of integers.
+// A linear segment's blocks are runs of ELEMS buffer elements; a rows segment's (rows of
+// source stride +-1 at least ELEMS / 2 long) lie in one row each, so none takes the
+// general index path. A full block inside one row of source stride +1 whose array and
+// buffer ends are both 16-byte aligned moves in 16-byte vectors. Transposed segments move
+// in TILE x TILE tiles through local memory. Work-items past the end of a short block or
+// an edge tile are clamped onto its last element, which they move again with the same
+// value, rather than masked off: PoCL runs masked stores as a read, a blend and a
+// full-width write, which raced with other work-groups' stores and wrote past the end of
+// the buffer. Values move as unsigned integers of the element width, so every dtype is
+// bit-exact; negation flips the sign bit of floats and takes the two's complement of
+// integers.
 
 #define SEG_WORDS 14
 #define MODE_TILE 1
+#define MODE_ROWS 2
 #define THREADS 256
 #define PER_THREAD (ELEMS / THREADS)
 
@@ -44,13 +49,51 @@ DEVICE_FN i64 small_div(i64 c, i64 e, i64 m) {
     return m ? (i64)(((u64)c * (u64)m) >> 32) : (i64)(c >= e);
 }
 
-// Fills the header of this work-group's block but its `vec` (which needs the sources'
+// The segment of block g: the last k with groups[k] <= g (groups has nseg + 1 entries,
+// groups[nseg] past every block). All THREADS work-items search together: each round
+// tests THREADS evenly spaced entries of the range left, so a round is one memory round
+// trip and a table of up to THREADS + 1 segments takes one round (one work-item's binary
+// search took one dependent load per halving). Exactly one work-item sees the boundary
+// (its entry <= g, the next one > g) and writes the new range. Every work-item of the
+// group calls it (it has barriers); `range` is two ints of local memory.
+DEVICE_FN int block_segment(GLOBAL const i64* RESTRICT groups, int nseg, i64 g, LOCAL_PTR int* range) {
+    const int tid = LOCAL_ID();
+    if (tid == 0) {
+        range[0] = 0;
+        range[1] = nseg;
+    }
+    BARRIER();
+    int lo = range[0], hi = range[1];
+    while (hi - lo > 1) {
+        const i64 step = ((i64)(hi - lo) + THREADS - 1) / THREADS;
+        const i64 c = lo + (i64)tid * step;
+        BARRIER(); /* every work-item has read the range before it changes */
+        if (c < hi && groups[c] <= g) {
+            const i64 next = min(c + step, (i64)hi);
+            if (next == hi || groups[next] > g) {
+                range[0] = (int)c;
+                range[1] = (int)next;
+            }
+        }
+        BARRIER();
+        lo = range[0];
+        hi = range[1];
+    }
+    return lo;
+}
+
+// a / b for 0 <= a, 0 < b: a 32-bit division where both fit (a 64-bit one is a long
+// software routine on GPUs).
+DEVICE_FN i64 qdiv(i64 a, i64 b) {
+    return ((u64)(a | b) >> 32) == 0 ? (i64)((u32)a / (u32)b) : a / b;
+}
+
+// Fills the header of block g, of segment k, but its `vec` (which needs the sources'
 // addresses, see PLAN_BLOCKS). `buf_off` is the buffer's element offset.
 DEVICE_FN void block_header(LOCAL_PTR Header* h, GLOBAL const i64* RESTRICT segs,
-                            GLOBAL const i64* RESTRICT groups, int nseg, int is_float, int width,
+                            GLOBAL const i64* RESTRICT groups, int k, int is_float, int width,
                             i64 buf_off) {
     i64 g = GROUP_ID();
-    int k = find_segment(groups, nseg, g);
     GLOBAL const i64* seg = segs + (i64)k * SEG_WORDS;
     i64 e1 = seg[3], e2 = seg[4], e3 = seg[5];
     i64 s0 = seg[6], s1 = seg[7], s2 = seg[8], s3 = seg[9];
@@ -72,11 +115,14 @@ DEVICE_FN void block_header(LOCAL_PTR Header* h, GLOBAL const i64* RESTRICT segs
     if (seg[12] == MODE_TILE) {
         i64 ct = (e3 + TILE - 1) / TILE;
         i64 rt = (e2 + TILE - 1) / TILE;
-        i64 cb = b % ct;
-        b /= ct;
-        i64 rb = b % rt;
-        b /= rt;
-        i64 i1 = b % e1, i0 = b / e1;
+        i64 q = qdiv(b, ct);
+        i64 cb = b - q * ct;
+        b = q;
+        q = qdiv(b, rt);
+        i64 rb = b - q * rt;
+        b = q;
+        q = qdiv(b, e1);
+        i64 i1 = b - q * e1, i0 = q;
         i64 q0 = rb * TILE, c0 = cb * TILE;
         h->base = seg[1] + i0 * s0 + i1 * s1 + q0 * s2 + c0 * s3;
         h->dbase = buf_off + seg[10] + ((i0 * e1 + i1) * e2 + q0) * e3 + c0;
@@ -85,12 +131,32 @@ DEVICE_FN void block_header(LOCAL_PTR Header* h, GLOBAL const i64* RESTRICT segs
         h->til = 1;
         return;
     }
+    if (seg[12] == MODE_ROWS) {
+        // Blocks of one row each (source stride +-1 on dim 3): ceil(e3 / ELEMS) per row,
+        // the last one of a row ending at the row's end.
+        i64 per = (e3 + ELEMS - 1) / ELEMS;
+        i64 r = qdiv(b, per);
+        i64 j = b - r * per;
+        i64 start = e3 >= ELEMS ? min(j * ELEMS, e3 - ELEMS) : 0;
+        i64 q = qdiv(r, e2);
+        i64 i2 = r - q * e2;
+        i64 i0 = qdiv(q, e1);
+        i64 i1 = q - i0 * e1;
+        h->base = seg[1] + i0 * s0 + i1 * s1 + i2 * s2 + start * s3;
+        h->dbase = buf_off + seg[10] + r * e3 + start;
+        h->n = min((i64)ELEMS, e3);
+        h->fwd = s3 == 1;
+        h->bwd = s3 == -1;
+        return;
+    }
     // ELEMS elements from `start`; the last block of a segment ends at its end.
     i64 start = len >= ELEMS ? min(b * ELEMS, len - ELEMS) : 0;
-    i64 i3 = start % e3, r = start / e3;
-    i64 i2 = r % e2;
-    r /= e2;
-    i64 i1 = r % e1, i0 = r / e1;
+    i64 r = qdiv(start, e3);
+    i64 i3 = start - r * e3;
+    i64 q = qdiv(r, e2);
+    i64 i2 = r - q * e2;
+    i64 i0 = qdiv(q, e1);
+    i64 i1 = q - i0 * e1;
     h->base = seg[1] + i0 * s0 + i1 * s1 + i2 * s2 + i3 * s3;
     h->dbase = buf_off + seg[10] + start;
     h->n = min((i64)ELEMS, len);
@@ -126,10 +192,12 @@ DEVICE_FN i64 general_index(LOCAL_PTR const Header* h, i64 l) {
                             int nseg, int is_float, GLOBAL T* RESTRICT buf PLAN_SOURCES(T)) {    \
         LOCAL_VAR Header h;                                                                      \
         LOCAL_VAR T tile[TILE * (TILE + 1)];                                                     \
+        LOCAL_VAR int range[2];                                                                  \
+        const int k = block_segment(groups, nseg, GROUP_ID(), range);                            \
         if (LOCAL_ID() == 0) {                                                                   \
-            block_header(&h, segs, groups, nseg, is_float, W, BUF_OFF);                          \
+            block_header(&h, segs, groups, k, is_float, W, BUF_OFF);                             \
             u64 ends = (SRC_BYTE(h.src, W) + (u64)h.base * W) | (BUF_BYTE + (u64)h.dbase * W);   \
-            h.vec = h.fwd && (ends & 15) == 0;                                                   \
+            h.vec = h.fwd && h.n == ELEMS && (ends & 15) == 0;                                   \
         }                                                                                        \
         BARRIER();                                                                               \
         GLOBAL T* arr = 0;                                                                       \

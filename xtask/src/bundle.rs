@@ -99,7 +99,9 @@ for b in ${BENCH_BACKENDS:-cuda cpu}; do
   done
 done
 # The Python tests, on CUDA too, where the bundle carries a wheel and python3 has numpy
-# and pytest (the MPI tests need mpirun and are left to the MPI step of test-all).
+# and pytest (the MPI tests need mpirun and are left to the MPI step of test-all). Each
+# test is named as it starts, unbuffered, so a crash's log ends at the test that crashed
+# (and pytest's faulthandler adds its Python stack).
 # A python3 without them is a skip, named with what to install, not a failure.
 if ls "$here"/python/*.whl >/dev/null 2>&1 && ! python3 -c 'import numpy, pytest' >/dev/null 2>&1; then
   echo "== python"
@@ -108,8 +110,8 @@ if ls "$here"/python/*.whl >/dev/null 2>&1 && ! python3 -c 'import numpy, pytest
 elif ls "$here"/python/*.whl >/dev/null 2>&1; then
   step python sh -c 'rm -rf "$1/site" && python3 -m pip install -q --no-deps --no-index \
       --target "$1/site" "$0"/python/*.whl && cd "$0/python/crates/gpubuf-python/tests" && \
-      PYTHONPATH="$1/site" \
-      python3 -m pytest -q -p no:cacheprovider --ignore mpi -ra .' "$here" "$out"
+      PYTHONPATH="$1/site" PYTHONUNBUFFERED=1 \
+      python3 -m pytest -v -p no:cacheprovider --ignore mpi -ra .' "$here" "$out"
 fi
 step demo_cuda "$here/gpubuf" demo --backend cuda --size 512 --steps 200 --out "$out/demo_cuda.png"
 # The embedded CUDA stencil against the host stencil's checksum (gpubuf-cli's tests/cli.rs,

@@ -76,6 +76,12 @@ pub const MODE_LINEAR: i64 = 0;
 /// tiles through local (shared) memory.
 pub const MODE_TILE: i64 = 1;
 
+/// Block mode of a segment whose rows (dim 3, source stride ±1) are at least half a block
+/// long and more than one: each row is cut into `ceil(e3 / elems)` blocks of its own (the
+/// last one of a row ending at the row's end), so no block spans two rows and every block
+/// moves by the contiguous path.
+pub const MODE_ROWS: i64 = 2;
+
 /// The most buffer elements a block may hold (the kernels' division by a multiply and a
 /// shift is exact for dividends below twice the block).
 pub const MAX_BLOCK_ELEMS: usize = 4096;
@@ -180,10 +186,13 @@ pub fn memory_order(s: &Segment) -> [usize; MAX_DIMS] {
 
 /// Cuts `plan` into blocks of `shape`, dropping empty segments. A segment is tiled when it
 /// is transposed (source stride ±1 on dim 2 and not on dim 3) and both of those extents
-/// fill at least a quarter of a tile side; otherwise it is linear, cut into runs of
-/// `shape.elems()` buffer elements (the last run of a segment at least that long is shifted
-/// back to end at the segment's end, so only a segment shorter than a block has a partial
-/// one). Host work and table size are linear in the number of segments.
+/// fill at least a quarter of a tile side; it is cut by rows ([`MODE_ROWS`]) when it has
+/// more than one row of source stride ±1 and its rows are at least half a block long;
+/// otherwise it is linear, cut into runs of `shape.elems()` buffer elements (the last run
+/// of a segment at least that long is shifted back to end at the segment's end, so only a
+/// segment shorter than a block has a partial one). Host work and table size are linear in
+/// the number of segments; a segment has at most twice as many blocks as its elements
+/// fill.
 pub fn encode_blocks(plan: &CopyPlan, shape: BlockShape) -> BlockPlan {
     let (elems, tile) = (shape.elems, shape.tile);
     let mut segments = Vec::with_capacity(plan.segments().len().saturating_mul(BLOCK_WORDS));
@@ -196,8 +205,12 @@ pub fn encode_blocks(plan: &CopyPlan, shape: BlockShape) -> BlockPlan {
         let transposed = st[2].unsigned_abs() == 1 && st[3].unsigned_abs() != 1;
         let tiled = tile >= 4 && transposed && e[2].min(e[3]).saturating_mul(4) >= tile;
         // Counts are at most the segment's length, itself at most isize::MAX.
+        let rows = e[0].saturating_mul(e[1]).saturating_mul(e[2]);
+        let by_rows = !tiled && st[3].unsigned_abs() == 1 && rows > 1 && e[3] >= elems / 2;
         let n = if tiled {
             e[0].saturating_mul(e[1]).saturating_mul(e[2].div_ceil(tile)).saturating_mul(e[3].div_ceil(tile))
+        } else if by_rows {
+            rows.saturating_mul(e[3].div_ceil(elems))
         } else {
             len.div_ceil(elems)
         };
@@ -208,7 +221,13 @@ pub fn encode_blocks(plan: &CopyPlan, shape: BlockShape) -> BlockPlan {
         segments.extend(st.iter().map(|&x| x as i64));
         segments.push(word(s.dst_offset));
         segments.push(i64::from(s.negate));
-        segments.push(if tiled { MODE_TILE } else { MODE_LINEAR });
+        segments.push(if tiled {
+            MODE_TILE
+        } else if by_rows {
+            MODE_ROWS
+        } else {
+            MODE_LINEAR
+        });
         segments.push(word(len));
         total = total.saturating_add(len);
         blocks = blocks.saturating_add(n);
@@ -271,5 +290,26 @@ mod tests {
         let b = encode_blocks(&plan, BlockShape::new(4096));
         assert_eq!(b.segments[BLOCK_WORDS + 12], MODE_LINEAR);
         assert_eq!(b.groups, vec![0, 1, 2]);
+    }
+
+    #[test]
+    fn rows_of_half_a_block_or_more_are_cut_by_row() {
+        let plan = |dims: &[(usize, isize)]| {
+            let s = Segment::new(0, 100_000, dims, 0).unwrap();
+            CopyPlan::new(vec![200_000], s.len(), vec![s]).unwrap()
+        };
+        let shape = BlockShape::new(16);
+        // Rows of 8 (half a block) and 20 (one block and a shifted one), reversed too.
+        for (dims, blocks) in [(&[(3, 10), (8, 1)][..], 3), (&[(3, 30), (20, -1)][..], 6)] {
+            let b = encode_blocks(&plan(dims), shape);
+            assert_eq!(b.segments[12], MODE_ROWS, "{dims:?}");
+            assert_eq!(b.blocks(), blocks, "{dims:?}");
+        }
+        // Rows of 7, a single row, a row of stride 2: linear, by whole blocks.
+        for dims in [&[(3, 10), (7, 1)][..], &[(40, 1)][..], &[(3, 100), (20, 2)][..]] {
+            let b = encode_blocks(&plan(dims), shape);
+            assert_eq!(b.segments[12], MODE_LINEAR, "{dims:?}");
+            assert_eq!(b.blocks(), b.total.div_ceil(16), "{dims:?}");
+        }
     }
 }

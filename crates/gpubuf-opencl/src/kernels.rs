@@ -91,19 +91,18 @@ impl OpenClBackend {
     }
 
     /// Buffer elements per work-item of the [`PlanKernel::Items`] programs built now: 1 on
-    /// GPUs and accelerators (coalesced); on CPU devices [`CHUNK_ENV`] when set, else 64. A
-    /// program keeps the chunk it was built with; the block programs ignore it.
+    /// GPUs and accelerators (coalesced, whatever [`CHUNK_ENV`] says); on CPU devices
+    /// [`CHUNK_ENV`] when set, else 64. A program keeps the chunk it was built with; the
+    /// block programs ignore it.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] when [`CHUNK_ENV`] is set on a CPU-like device to anything
-    /// but an integer in `1..=MAX_CHUNK` (0 would move nothing; a plan preparation that
-    /// needs a new program then fails with this error).
+    /// [`Error::InvalidArgument`] when [`CHUNK_ENV`] is set to anything but an integer in
+    /// `1..=MAX_CHUNK` (0 would move nothing), on every device: a mistyped setting is
+    /// reported where it would take effect and where it would not. A plan preparation that
+    /// needs a new program then fails with this error.
     pub fn chunk(&self) -> Result<usize> {
-        if self.inner.is_gpu {
-            Ok(1)
-        } else {
-            chunk_from(std::env::var(CHUNK_ENV).ok().as_deref())
-        }
+        let chunk = chunk_from(std::env::var(CHUNK_ENV).ok().as_deref())?;
+        Ok(if self.inner.is_gpu { 1 } else { chunk })
     }
 
     /// The plan kernel shape for plans prepared now by this handle: the one given to

@@ -160,6 +160,41 @@ fn strided_boxes_and_rows_longer_than_a_block() {
     }
 }
 
+/// Segments cut into blocks row by row (rows of source stride ±1 at least half a block
+/// long, more than one of them): rows shorter than a block (OpenCL's 1024), rows of exactly
+/// one block, rows longer than a block with a shifted last block, reversed rows, reversed
+/// outer dims and four dims that do not merge; on CUDA (blocks of 4096) the rows of 2100
+/// and more.
+#[test]
+fn rows_of_half_a_block_and_more() {
+    for dtype in WIDTHS {
+        let segs = vec![
+            (0, vec![(3, 700), (600, 1)], false),
+            (0, vec![(4, 1100), (1024, 1)], true),
+            (1, vec![(2, 9000), (3, 3000), (2500, -1)], true),
+            (1, vec![(2, -6000), (5000, 1)], false),
+            (0, vec![(2, 40000), (3, 11000), (2, 5200), (2100, 1)], false),
+            (1, vec![(5, -520), (513, -1)], false),
+        ];
+        for lead in [0, 1, 2] {
+            check(&case(dtype, 2, i_gap(dtype), &segs), lead);
+        }
+    }
+}
+
+/// More segments than one round of the block kernels' segment search covers twice over
+/// (257 per round): three rounds.
+#[test]
+fn seventy_thousand_segments() {
+    let segs: Vec<Spec> = (0..70_000)
+        .map(|i| {
+            let dims = if i % 2 == 0 { vec![(1 + i % 3, 1)] } else { vec![(2, -1)] };
+            (i % 2, dims, i % 5 == 0)
+        })
+        .collect();
+    check(&case(DType::I16, 2, 1, &segs), 1);
+}
+
 #[test]
 fn many_short_segments() {
     for dtype in WIDTHS {
