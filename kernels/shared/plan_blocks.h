@@ -247,31 +247,37 @@ DEVICE_FN i64 general_index(LOCAL_PTR const Header* h, i64 l) {
                 if (GATHER) vb[q] = y; else va[q] = y;                                           \
             }                                                                                    \
         } else {                                                                                 \
-            const int fwd = h.fwd, bwd = h.bwd;                                                  \
-            const i64 n = h.n;                                                                   \
+/* The buffer side moves forwards; the array side forwards or backwards (one    */ \
+            /* row) or by the general index. The case is chosen once per block, outside    */ \
+            /* the loops; all loads first, then all stores: PER_THREAD moves in flight.    */ \
+            const int last = (int)h.n - 1;                                                       \
+            GLOBAL T* bp = buf + dbase;                                                          \
             T v[PER_THREAD];                                                                     \
-            /* All loads first, then all stores: PER_THREAD independent moves in flight. */     \
-            UNROLL                                                                               \
-            for (int j = 0; j < PER_THREAD; j++) {                                               \
-                i64 l = min((i64)(tid + j * THREADS), n - 1);                                    \
-                if (fwd) {                                                                       \
-                    v[j] = GATHER ? arr[base + l] : buf[dbase + l];                              \
-                } else if (bwd) {                                                                \
-                    v[j] = GATHER ? arr[base - l] : buf[dbase + l];                              \
-                } else {                                                                         \
-                    v[j] = GATHER ? arr[general_index(&h, l)] : buf[dbase + l];                  \
+            if (h.fwd || h.bwd) {                                                                \
+                const int dir = h.fwd ? 1 : -1;                                                  \
+                GLOBAL T* ap = arr + base;                                                       \
+                UNROLL                                                                           \
+                for (int j = 0; j < PER_THREAD; j++) {                                           \
+                    int l = min(tid + j * THREADS, last);                                        \
+                    v[j] = GATHER ? ap[dir * l] : bp[l];                                         \
                 }                                                                                \
-            }                                                                                    \
-            UNROLL                                                                               \
-            for (int j = 0; j < PER_THREAD; j++) {                                               \
-                i64 l = min((i64)(tid + j * THREADS), n - 1);                                    \
-                T x = (T)((v[j] ^ flip) + add);                                                  \
-                if (fwd) {                                                                       \
-                    if (GATHER) buf[dbase + l] = x; else arr[base + l] = x;                      \
-                } else if (bwd) {                                                                \
-                    if (GATHER) buf[dbase + l] = x; else arr[base - l] = x;                      \
-                } else {                                                                         \
-                    if (GATHER) buf[dbase + l] = x; else arr[general_index(&h, l)] = x;          \
+                UNROLL                                                                           \
+                for (int j = 0; j < PER_THREAD; j++) {                                           \
+                    int l = min(tid + j * THREADS, last);                                        \
+                    T x = (T)((v[j] ^ flip) + add);                                              \
+                    if (GATHER) bp[l] = x; else ap[dir * l] = x;                                 \
+                }                                                                                \
+            } else {                                                                             \
+                UNROLL                                                                           \
+                for (int j = 0; j < PER_THREAD; j++) {                                           \
+                    int l = min(tid + j * THREADS, last);                                        \
+                    v[j] = GATHER ? arr[general_index(&h, l)] : bp[l];                           \
+                }                                                                                \
+                UNROLL                                                                           \
+                for (int j = 0; j < PER_THREAD; j++) {                                           \
+                    int l = min(tid + j * THREADS, last);                                        \
+                    T x = (T)((v[j] ^ flip) + add);                                              \
+                    if (GATHER) bp[l] = x; else arr[general_index(&h, l)] = x;                   \
                 }                                                                                \
             }                                                                                    \
         }                                                                                        \

@@ -1,6 +1,7 @@
-// The segment a unit of work falls in, shared by the block kernels (OpenCL and CUDA) and
-// OpenCL's per-work-item kernel. Written once in the words of the preludes
-// (kernels/opencl/prelude.cl, kernels/cuda/prelude.cuh).
+// The segment a unit of work falls in, by one work-item alone: OpenCL's per-work-item
+// kernel (plan.cl). Built before the block kernels too, which search with the whole
+// work-group instead (block_segment in plan_blocks.h). Written once in the words of the
+// preludes (kernels/opencl/prelude.cl, kernels/cuda/prelude.cuh).
 //
 // `starts` holds nseg prefix sums (starts[0] == 0) of the segments' sizes in units (blocks
 // or elements); unit t belongs to the last segment k with starts[k] <= t: one binary search.

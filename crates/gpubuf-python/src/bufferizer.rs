@@ -25,7 +25,10 @@ use pyo3::{PyTraverseError, PyVisit};
 /// a ``gpubuf.Backend`` given in the fourth position is taken as the backend). ``stream``
 /// is a CUDA stream (an int handle, CuPy's, pycuda's, numba's or one with
 /// ``__cuda_stream__``) the buffer's copies and fills are queued on; with one the backend
-/// is CUDA (``Backend("cuda")`` unless given).
+/// is CUDA (``Backend("cuda")`` unless given). A stream object is kept alive with the
+/// bufferizer; a stream given as an int handle must stay valid until the bufferizer and
+/// every buffer it allocated are gone (their frees are ordered after the stream's work),
+/// as with CuPy's ``ExternalStream``.
 ///
 /// Appends take numpy arrays, objects with ``__dlpack__``, objects with
 /// ``__cuda_array_interface__`` (on a CUDA bufferizer) and ``gpubuf.NDBuffer``s (on the

@@ -278,10 +278,15 @@ def test_dolphins_positional_signature_and_streams(backend):
     assert gpubuf.Bufferizer((2,), 2, "float32", backend).backend.same_device(backend)
     with pytest.raises(gpubuf.InvalidArgumentError, match="twice"):
         gpubuf.Bufferizer((2,), 2, "float32", backend, backend=backend)
-    # A stream needs CUDA: refused on this backend, whatever the stream object.
-    for stream in (0, 7, SimpleNamespace(ptr=7), SimpleNamespace(handle=7)):
-        with pytest.raises(gpubuf.DeviceMismatchError, match="CUDA stream"):
-            gpubuf.Bufferizer((2,), 2, "float32", stream, backend=backend)
+    if backend.name == "cuda":
+        # The legacy default stream (0) is a stream of every CUDA context (real foreign
+        # streams: test_cuda_device.py).
+        assert gpubuf.Bufferizer((2,), 2, "float32", 0, backend=backend).backend.name == "cuda"
+    else:
+        # A stream needs CUDA: refused on this backend, whatever the stream object.
+        for stream in (0, 7, SimpleNamespace(ptr=7), SimpleNamespace(handle=7)):
+            with pytest.raises(gpubuf.DeviceMismatchError, match="CUDA stream"):
+                gpubuf.Bufferizer((2,), 2, "float32", stream, backend=backend)
     for bad in ("stream", 2.5, True, SimpleNamespace(ptr="x"), SimpleNamespace(__cuda_stream__=lambda: 3)):
         with pytest.raises(gpubuf.InvalidArgumentError):
             gpubuf.Bufferizer((2,), 2, "float32", bad, backend=backend)
@@ -289,12 +294,14 @@ def test_dolphins_positional_signature_and_streams(backend):
 
 def test_a_cuda_array_off_cuda_is_refused_without_its_pointer(backend):
     """An append of an object with ``__cuda_array_interface__`` (numba's, pycuda's) goes to a
-    CUDA bufferizer's backend; any other refuses it before its pointer is used."""
+    CUDA bufferizer's backend, which refuses a pointer that is no allocation of its context;
+    any other backend refuses it before its pointer is used."""
     b = gpubuf.Bufferizer((2,), 2, "float32", backend=backend)
     fake = SimpleNamespace(
         __cuda_array_interface__={"shape": (2,), "typestr": "<f4", "data": (12345, False), "version": 3}
     )
-    with pytest.raises(gpubuf.InvalidArgumentError, match="CUDA backend"):
+    expected = "not device memory" if backend.name == "cuda" else "CUDA backend"
+    with pytest.raises(gpubuf.InvalidArgumentError, match=expected):
         b.append_one(fake)
     assert len(b) == 0
     b.append_one(np.ones(2, np.float32))

@@ -117,6 +117,7 @@ def test_bufferizer_on_a_foreign_stream(cuda):
     """dolphin's ``Bufferizer(shape, buffer_size, dtype, stream)`` on a stream another
     library made (here the driver's own ``cuStreamCreate``, as CuPy and pycuda make theirs)."""
     import ctypes
+    import gc
 
     lib = ctypes.CDLL("libcuda.so.1")
     cuda.synchronize()  # the backend's context is current on this thread
@@ -135,6 +136,10 @@ def test_bufferizer_on_a_foreign_stream(cuda):
         src = gpubuf.NDBuffer.from_numpy(np.full((2, 3), 7, "float32"), backend=cuda)
         b.append_one(type("CAI", (), {"__cuda_array_interface__": src.__cuda_array_interface__})())
         np.testing.assert_array_equal(b.buffer.to_numpy()[0], np.full((2, 3), 7, "float32"))
-        del b
     finally:
+        # The stream outlives everything made on it: the bufferizer (in a cycle with its
+        # hooks through ``calls``) and its memory, whose free is ordered after the stream's
+        # work.
+        b = calls = None
+        gc.collect()
         assert lib.cuStreamDestroy_v2(handle) == 0
