@@ -107,14 +107,17 @@ impl<T> GilCell<T> {
         GilCell(std::cell::UnsafeCell::new(value))
     }
 
-    /// Runs `f` on the value with the GIL held (`_py`). `f` must not run Python code or
-    /// let the GIL go (which could let another thread, or this one again, into the cell):
-    /// keep it to moving the value in or out and reading it; drop what it takes out
-    /// after `with` returns.
-    pub fn with<R>(&self, _py: Python<'_>, f: impl FnOnce(&mut T) -> R) -> R {
-        // SAFETY: the GIL is held (`_py`) and `f` neither runs Python nor releases the GIL
-        // (the contract above, kept by every caller in this crate), so no other reference
-        // to the value exists while `f` runs.
+    /// Runs `f` on the value with the GIL held (`_py`).
+    ///
+    /// # Safety
+    /// - `f` must not run Python code (no calls into Python objects, no Python
+    ///   exceptions built, no `Python::attach`) and must not release the GIL: either could
+    ///   let another thread, or this one again, into the cell while `f` holds it.
+    /// - `f` must not drop a value whose destructor does either; move such values out
+    ///   and drop them after `with` returns.
+    pub unsafe fn with<R>(&self, _py: Python<'_>, f: impl FnOnce(&mut T) -> R) -> R {
+        // SAFETY: the GIL is held (`_py`), and the caller keeps `f` from running Python or
+        // releasing the GIL, so no other reference to the value exists while `f` runs.
         f(unsafe { &mut *self.0.get() })
     }
 }

@@ -32,7 +32,8 @@ impl PyPooledBuffer {
 
     /// The block, taken out (None when already released).
     fn take(&self, py: Python<'_>) -> Option<PooledBuffer<GilAllocator>> {
-        self.block.with(py, Option::take)
+        // SAFETY: `Option::take` moves the block out; nothing runs Python or is dropped.
+        unsafe { self.block.with(py, Option::take) }
     }
 }
 
@@ -48,7 +49,8 @@ impl PyPooledBuffer {
     /// released.
     #[getter]
     fn block_size(&self, py: Python<'_>) -> Option<usize> {
-        self.block.with(py, |b| b.as_ref().map(|b| b.block_size()))
+        // SAFETY: reads a number; nothing runs Python or is dropped.
+        unsafe { self.block.with(py, |b| b.as_ref().map(|b| b.block_size())) }
     }
 
     /// The block's OpenCL buffer handle (``cl_mem``), as pyopencl's ``int_ptr``: only for a
@@ -58,23 +60,26 @@ impl PyPooledBuffer {
     /// larger buffer, and ``DeviceMismatchError`` off OpenCL.
     #[getter]
     fn int_ptr(&self, py: Python<'_>) -> PyResult<usize> {
-        self.block.with(py, |guard| {
-            let block = guard.as_ref().ok_or_else(|| invalid("the pooled buffer was already released"))?;
-            if block.offset() != 0 {
-                return Err(invalid(format!(
-                    "this block starts {} bytes into its OpenCL buffer: it has no cl_mem of its own \
-                     (pools made from pyopencl objects give every block its own)",
-                    block.offset()
-                )));
-            }
-            crate::pyopencl::cl_mem(block.memory())
-        })
+        // SAFETY: reads the block's offset and its OpenCL handle (plain Rust); the Python
+        // errors are built after `with` returns.
+        let block = unsafe {
+            self.block.with(py, |b| b.as_ref().map(|b| (b.offset(), crate::pyopencl::raw_cl_mem(b.memory()))))
+        };
+        let (offset, cl_mem) = block.ok_or_else(|| invalid("the pooled buffer was already released"))?;
+        if offset != 0 {
+            return Err(invalid(format!(
+                "this block starts {offset} bytes into its OpenCL buffer: it has no cl_mem of its own \
+                 (pools made from pyopencl objects give every block its own)"
+            )));
+        }
+        cl_mem.ok_or_else(crate::pyopencl::not_opencl)
     }
 
     /// Whether the block went back to the pool.
     #[getter]
     fn released(&self, py: Python<'_>) -> bool {
-        self.block.with(py, |b| b.is_none())
+        // SAFETY: reads a flag; nothing runs Python or is dropped.
+        unsafe { self.block.with(py, |b| b.is_none()) }
     }
 
     /// The backend of the pool the block came from.

@@ -119,11 +119,19 @@ pub fn device_of(py: Python<'_>, obj: &Bound<'_, PyAny>) -> PyResult<Option<Devi
 /// The `cl_mem` under a block of `device` memory, for pyopencl.
 ///
 /// # Errors
-/// `InvalidArgumentError` off OpenCL.
+/// `DeviceMismatchError` off OpenCL.
 pub fn cl_mem(memory: &gpubuf::device::Memory) -> PyResult<usize> {
-    memory.as_opencl().map(|m| m.raw() as usize).ok_or_else(|| {
-        crate::errors::to_py(Error::DeviceMismatch("pyopencl takes OpenCL memory, not this backend's".into()))
-    })
+    raw_cl_mem(memory).ok_or_else(not_opencl)
+}
+
+/// The `cl_mem` handle of OpenCL memory, None off OpenCL (no Python involved).
+pub fn raw_cl_mem(memory: &gpubuf::device::Memory) -> Option<usize> {
+    memory.as_opencl().map(|m| m.raw() as usize)
+}
+
+/// The `DeviceMismatchError` for memory of another backend than OpenCL.
+pub fn not_opencl() -> PyErr {
+    crate::errors::to_py(Error::DeviceMismatch("pyopencl takes OpenCL memory, not this backend's".into()))
 }
 
 /// A `pyopencl.Buffer` over `cl_mem` (pyopencl retains its own reference).
