@@ -1,6 +1,7 @@
 //! [`PooledBuffer`]: a block on loan from a [`crate::MemoryPool`].
 
 use crate::arena::Taken;
+use crate::bins::bin_of;
 use crate::pool::Shared;
 use crate::stream::{key_of, Events, Never, PoolStream, StreamHandle};
 use gpubuf_buffer::Buffer;
@@ -61,6 +62,24 @@ impl<A: Allocator> PooledBuffer<A> {
         streams: Option<Box<Streams>>,
     ) -> Self {
         PooledBuffer { pool, mem, taken, len, bin, exact, streams }
+    }
+
+    /// Makes the block serve a new request of `bytes` bytes in place, as if it had been
+    /// freed and handed out again by the pool's hit path: for a caller that keeps freed
+    /// blocks of its own (a cache in front of the pool, used by one owner). Returns whether
+    /// it did: only when `bytes` is of the block's size class and the block is one the
+    /// pool's quick lists would take back as it is (exactly its class, used on no stream);
+    /// otherwise the block is unchanged. Count such reuses with
+    /// [`crate::MemoryPool::count_hits`] to keep the pool's stats whole.
+    #[inline]
+    pub fn reuse(&mut self, bytes: usize) -> bool {
+        let bits = self.pool.config.leading_bits_in_bin_id;
+        // The pool's config was validated: at most MAX_LEADING_BITS.
+        if !self.exact || self.streams.is_some() || bin_of(bytes.max(1), bits) != self.bin {
+            return false;
+        }
+        self.len = bytes;
+        true
     }
 
     /// The allocation the block lies in.

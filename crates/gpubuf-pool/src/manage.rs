@@ -25,6 +25,13 @@ impl<A: Allocator> MemoryPool<A> {
         stats_of(&self.shared.state.lock())
     }
 
+    /// Counts `n` requests served by [`crate::PooledBuffer::reuse`] as hits in the stats
+    /// (a caller's own cache in front of the pool).
+    pub fn count_hits(&self, n: u64) {
+        let mut st = self.shared.state.lock();
+        st.hits = st.hits.wrapping_add(n);
+    }
+
     /// Free blocks kept for reuse (pyopencl's `held_blocks`).
     pub fn held_blocks(&self) -> usize {
         self.shared.state.lock().arena.held_blocks()

@@ -86,7 +86,7 @@ pub fn _pool_hit_ns(py: Python<'_>, pool: &PyMemoryPool, size: usize, iters: usi
     if iters == 0 {
         return Err(invalid("iters is at least 1"));
     }
-    let pool = pool.pool.clone();
+    let pool = pool.pool().clone();
     py.detach(move || {
         drop(pool.allocate(size)?);
         let t0 = Instant::now();

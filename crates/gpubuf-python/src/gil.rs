@@ -107,6 +107,11 @@ impl<T> GilCell<T> {
         GilCell(std::cell::UnsafeCell::new(value))
     }
 
+    /// The value, through an exclusive reference (no other can exist meanwhile).
+    pub fn get_mut(&mut self) -> &mut T {
+        self.0.get_mut()
+    }
+
     /// Runs `f` on the value with the GIL held (`_py`).
     ///
     /// # Safety

@@ -217,7 +217,7 @@ impl PyNDBuffer {
         value: &Bound<'_, PyAny>,
         pool: Option<&crate::pool::PyMemoryPool>,
     ) -> PyResult<()> {
-        self.assign(key, value, pool.map(|p| &p.pool))
+        self.assign(key, value, pool.map(|p| p.pool()))
     }
 
     /// Sets every element to ``value`` (on the device).

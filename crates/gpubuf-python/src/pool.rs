@@ -7,8 +7,8 @@ use crate::args::{bytes_arg, shape_arg};
 use crate::backend::PyBackend;
 use crate::dtype::{parse_dtype, with_dtype, AnyArray, Wrap};
 use crate::errors::{invalid, stats_dict, IntoPy};
-use crate::gil::{holding_gil, GilAllocator, GilCell};
-use crate::pooled_buffer::PyPooledBuffer;
+use crate::gil::{holding_gil, GilAllocator};
+use crate::pooled_buffer::{new_object, PoolCore};
 use gpubuf::pool::{alloc_size, bin_number, Limit, PoolConfig, GRANULE};
 use gpubuf::{DType, Device, MemoryPool, Order};
 use pyo3::prelude::*;
@@ -43,7 +43,8 @@ fn limit_arg(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Limit>> {
 /// ``OutOfMemoryError`` after freeing what the pool held.
 #[pyclass(name = "MemoryPool", module = "gpubuf", frozen)]
 pub struct PyMemoryPool {
-    pub(crate) pool: MemoryPool<GilAllocator>,
+    /// The Rust pool and the cache of blocks freed from Python, shared with the blocks.
+    core: Py<PoolCore>,
     bits: u32,
     /// Made from pyopencl objects: blocks go to pyopencl as `pyopencl.Buffer` subclass
     /// objects ([`crate::cl_pooled`]).
@@ -89,7 +90,8 @@ impl PyMemoryPool {
             ..PoolConfig::default()
         };
         let pool = MemoryPool::with_config(GilAllocator { device }, config).py()?;
-        Ok(PyMemoryPool { pool, bits: leading_bits_in_bin_id, for_pyopencl: from_cl })
+        let core = Py::new(allocator.py(), PoolCore::new(pool, leading_bits_in_bin_id))?;
+        Ok(PyMemoryPool { core, bits: leading_bits_in_bin_id, for_pyopencl: from_cl })
     }
 
     /// A block of at least ``size`` bytes (pyopencl's ``allocate``), returned to the pool by
@@ -100,14 +102,13 @@ impl PyMemoryPool {
     ///
     /// A block the pool holds is handed out with the GIL kept; the GIL is released while
     /// the pool allocates from the device.
-    fn allocate(slf: &Bound<'_, Self>, size: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
-        let (py, this) = (slf.py(), slf.get());
-        this.allocate_for(slf, py, size)
+    fn allocate(&self, py: Python<'_>, size: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        self.allocate_for(py, size)
     }
 
     /// ``pool(size)`` is ``pool.allocate(size)``.
-    fn __call__(slf: &Bound<'_, Self>, size: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
-        slf.get().allocate_for(slf, slf.py(), size)
+    fn __call__(&self, py: Python<'_>, size: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        self.allocate_for(py, size)
     }
 
     /// An array of ``shape`` and ``dtype`` (default float64) in a block of this pool; the
@@ -135,43 +136,43 @@ impl PyMemoryPool {
 
     /// Free blocks kept for reuse.
     #[getter]
-    fn held_blocks(&self) -> usize {
-        crate::cl_pooled::drain();
-        self.pool.held_blocks()
+    fn held_blocks(&self, py: Python<'_>) -> usize {
+        self.settle(py);
+        self.pool().held_blocks()
     }
 
     /// Blocks handed out and not yet returned.
     #[getter]
-    fn active_blocks(&self) -> usize {
-        crate::cl_pooled::drain();
-        self.pool.active_blocks()
+    fn active_blocks(&self, py: Python<'_>) -> usize {
+        self.settle(py);
+        self.pool().active_blocks()
     }
 
     /// Bytes the pool holds from the device, active and held.
     #[getter]
-    fn managed_bytes(&self) -> usize {
-        crate::cl_pooled::drain();
-        self.pool.managed_bytes()
+    fn managed_bytes(&self, py: Python<'_>) -> usize {
+        self.settle(py);
+        self.pool().managed_bytes()
     }
 
     /// Bytes of the blocks handed out (block sizes, after rounding to the size class).
     #[getter]
-    fn active_bytes(&self) -> usize {
-        crate::cl_pooled::drain();
-        self.pool.active_bytes()
+    fn active_bytes(&self, py: Python<'_>) -> usize {
+        self.settle(py);
+        self.pool().active_bytes()
     }
 
     /// Bytes of the held blocks.
     #[getter]
-    fn held_bytes(&self) -> usize {
-        crate::cl_pooled::drain();
-        self.pool.held_bytes()
+    fn held_bytes(&self, py: Python<'_>) -> usize {
+        self.settle(py);
+        self.pool().held_bytes()
     }
 
     /// The limit in bytes, or None.
     #[getter]
     fn limit(&self) -> Option<usize> {
-        self.pool.stats().limit
+        self.pool().stats().limit
     }
 
     /// Sets the limit (None, bytes, or a float fraction of the device's memory); held
@@ -180,28 +181,31 @@ impl PyMemoryPool {
     /// Raises ``InvalidArgumentError`` for a fraction outside (0, 1] or one the device
     /// cannot resolve (the limit is then unchanged).
     #[pyo3(signature = (limit))]
-    fn set_limit(&self, limit: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
-        self.pool.set_limit(limit_arg(limit)?).py()
+    fn set_limit(&self, py: Python<'_>, limit: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
+        let limit = limit_arg(limit)?;
+        self.settle(py);
+        self.pool().set_limit(limit).py()
     }
 
     /// The counters: blocks and bytes active and held, managed bytes, their peaks, hits,
     /// misses and the limit.
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        crate::cl_pooled::drain();
-        stats_dict(py, &self.pool.stats())
+        self.settle(py);
+        stats_dict(py, &self.pool().stats())
     }
 
     /// Returns every wholly free segment to the device.
     fn free_held(&self, py: Python<'_>) {
-        crate::cl_pooled::drain();
-        let pool = self.pool.clone();
+        self.settle(py);
+        let pool = self.pool().clone();
         py.detach(move || pool.free_held());
     }
 
     /// Frees what is held, and from now on returns freed memory to the device.
     fn stop_holding(&self, py: Python<'_>) {
         crate::cl_pooled::drain();
-        let pool = self.pool.clone();
+        self.core.get().stop_caching(py);
+        let pool = self.pool().clone();
         py.detach(move || pool.stop_holding());
     }
 
@@ -218,52 +222,76 @@ impl PyMemoryPool {
     /// The backend the pool allocates from.
     #[getter]
     fn backend(&self) -> PyBackend {
-        PyBackend::new(self.pool.allocator().device.clone())
+        PyBackend::new(self.pool().allocator().device.clone())
     }
 
-    fn __repr__(&self) -> String {
+    fn __repr__(&self, py: Python<'_>) -> String {
+        self.settle(py);
+        let pool = self.pool();
         format!(
             "gpubuf.MemoryPool({:?}, active_blocks={}, held_blocks={}, managed_bytes={})",
-            self.pool.allocator().device.kind().name(),
-            self.pool.active_blocks(),
-            self.pool.held_blocks(),
-            self.pool.managed_bytes()
+            pool.allocator().device.kind().name(),
+            pool.active_blocks(),
+            pool.held_blocks(),
+            pool.managed_bytes()
         )
     }
 }
 
+impl Drop for PyMemoryPool {
+    /// The released objects cached for this pool refer to its core: they go now (their
+    /// blocks back to the pool), and blocks released later go straight back to the pool.
+    fn drop(&mut self) {
+        let core = &self.core;
+        Python::attach(|py| core.get().stop_caching(py));
+    }
+}
+
 impl PyMemoryPool {
-    /// The pool's device.
-    pub(crate) fn device(&self) -> Device {
-        self.pool.allocator().device.clone()
+    /// The Rust pool.
+    pub(crate) fn pool(&self) -> &MemoryPool<GilAllocator> {
+        &self.core.get().pool
     }
 
-    /// `allocate` for the pool object `slf` (this one).
-    fn allocate_for(
-        &self,
-        slf: &Bound<'_, Self>,
-        py: Python<'_>,
-        size: &Bound<'_, PyAny>,
-    ) -> PyResult<Py<PyAny>> {
+    /// The pool's device.
+    pub(crate) fn device(&self) -> Device {
+        self.pool().allocator().device.clone()
+    }
+
+    /// Brings the pool up to date before its counters are read or its memory handed
+    /// back: blocks of ended pyopencl sub-buffers and the blocks cached for Python go
+    /// back to it.
+    fn settle(&self, py: Python<'_>) {
+        crate::cl_pooled::drain();
+        self.core.get().flush(py);
+    }
+
+    /// `allocate` and `__call__`.
+    fn allocate_for(&self, py: Python<'_>, size: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
         let bytes = bytes_arg(size)?;
+        let core = self.core.get();
         if self.for_pyopencl {
             crate::cl_pooled::drain();
-        }
-        // A held block first: no device call, so no GIL bookkeeping.
-        let block = match self.pool.allocate_held(bytes) {
-            Some(b) => b,
-            None => holding_gil(py, || self.pool.allocate(bytes)).py()?,
-        };
-        if self.for_pyopencl {
+            let block = self.held_or_new(py, bytes)?;
             return crate::cl_pooled::hand_out(py, block, self.device(), bytes);
         }
-        // The pool object, not its device: a Python reference costs no atomic operation.
-        let native = PyPooledBuffer {
-            block: GilCell::new(Some(block)),
-            size: bytes,
-            pool: slf.clone().into_any().unbind(),
-        };
-        Ok(native.into_pyobject(py)?.into_any().unbind())
+        // A block released from Python first (no lock), then one the pool holds, then the
+        // device (after the cache went back to the pool).
+        if let Some(object) = core.take(py, &self.core, bytes) {
+            return object;
+        }
+        core.flush(py);
+        let block = self.held_or_new(py, bytes)?;
+        new_object(py, &self.core, block, bytes)
+    }
+
+    /// A block the pool holds (no device call, so no GIL bookkeeping), else a new one
+    /// with the GIL released while the device allocates.
+    fn held_or_new(&self, py: Python<'_>, bytes: usize) -> PyResult<gpubuf::PooledBuffer<GilAllocator>> {
+        match self.pool().allocate_held(bytes) {
+            Some(b) => Ok(b),
+            None => holding_gil(py, || self.pool().allocate(bytes)).py(),
+        }
     }
 
     fn array(
@@ -275,7 +303,8 @@ impl PyMemoryPool {
     ) -> PyResult<AnyArray> {
         let d = dtype.map_or(Ok(DType::F64), parse_dtype)?;
         let shape = shape_arg(shape)?;
-        let pool = self.pool.clone();
+        self.settle(py);
+        let pool = self.pool().clone();
         let array = py
             .detach(move || {
                 let device = pool.allocator().device.clone();

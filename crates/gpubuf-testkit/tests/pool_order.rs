@@ -176,7 +176,33 @@ fn limit_holds_under_concurrent_growth<B: Kernels>(b: &B) -> Result<()> {
     Ok(())
 }
 
+/// `PooledBuffer::reuse`, a caller's own cache in front of the pool: a block serves a new
+/// request of its size class in place (its length changes, the pool's accounting does
+/// not), never one of another class, and never a block used on a stream, which must go
+/// back through the pool's events; `count_hits` puts such reuses in the stats.
+fn reuse_in_place<B: Kernels>(b: &B) -> Result<()> {
+    let g = Gated::new(b.clone());
+    let pool = MemoryPool::new(ImmediateAllocator(g.clone()));
+    let mut x = pool.allocate(1000)?;
+    let (at, block, active) = (place(&x), x.block_size(), pool.active_bytes());
+    assert!(x.reuse(1001), "1001 bytes are of 1000's size class");
+    assert_eq!((x.len(), x.memref().len, place(&x), x.block_size()), (1001, 1001, at, block));
+    assert!(!x.reuse(4000) && !x.reuse(10), "another size class");
+    assert_eq!(x.len(), 1001, "a refused reuse leaves the block as it was");
+    assert!(!x.reuse(0), "0 bytes are of the smallest class");
+    assert_eq!(pool.active_bytes(), active);
+    pool.count_hits(3);
+    assert_eq!(pool.stats().hits, 3);
+    let s = g.new_stream()?;
+    let mut y = pool.allocate_on(1000, &g, &s)?;
+    assert!(!y.reuse(1000), "a block used on a stream goes back through the pool");
+    drop((x, y));
+    check_stats(&pool, &[]);
+    Ok(())
+}
+
 backend_tests!(
+    reuse_in_place,
     stream_ordered_reuse,
     waiting_blocks_do_not_grow_the_pool,
     stream_ids_are_never_reused,
