@@ -100,8 +100,9 @@ impl PyMemoryPool {
     /// Raises ``OutOfMemoryError`` when neither the pool nor the device has the memory (or the
     /// limit is reached); ``InvalidArgumentError`` for a negative size.
     ///
-    /// A block the pool holds is handed out with the GIL kept; the GIL is released while
-    /// the pool allocates from the device.
+    /// A block released from Python (the same object when nothing else refers to it) or
+    /// one the pool holds is handed out with the GIL kept; the GIL is released while the
+    /// pool allocates from the device.
     fn allocate(&self, py: Python<'_>, size: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
         self.allocate_for(py, size)
     }
