@@ -1,34 +1,36 @@
 //! Blocks of a pool made from pyopencl objects, handed to pyopencl: each block (an OpenCL
-//! buffer of its own in such a pool) goes out as an OpenCL sub-buffer covering the whole
-//! block, owned by a `pyopencl.Buffer` whose class is then set to
-//! `gpubuf.pyopencl.PooledBuffer` (pyopencl's `PooledBuffer` methods). The sub-buffer's
-//! destructor callback reports its end, however it comes (`release()`, garbage collection,
-//! pyopencl's own code), and the block goes back to the pool at the pool's next call.
+//! buffer of its own in such a pool) goes out as a `pyopencl.Buffer` over the block's own
+//! `cl_mem` (with a reference of its own), whose class is then set to
+//! `gpubuf.pyopencl.PooledBuffer` (pyopencl's `PooledBuffer` methods).
 //!
-//! The callback may run on a thread of the OpenCL runtime, inside the runtime's release of
-//! the sub-buffer: it only records the block's slot number in a list. The blocks
-//! themselves are dropped by [`drain`], under the GIL, before every pool operation from
-//! Python. A block is keyed by its slot, not by the sub-buffer's handle, which the runtime
-//! may give to a new object as soon as the old one is deleted.
+//! The pool keeps each object it lent ([`Loans`]) and takes the block back once only the
+//! pool still refers to the object (its reference count is 1): a request of the block's
+//! size class then gets the same object again, with no OpenCL call and no Python object
+//! made, and every other block goes back to the pool when the pool looks ([`Loans::reclaim`]:
+//! before its counters are read, before it grows, and as the loans outgrow the live
+//! objects by a sixteenth). An OpenCL runtime launches kernels over a memory object it has
+//! seen faster than over a new one, so pyopencl code runs on these blocks as fast as on
+//! pyopencl's own pool. `release()` gives the block back at once
+//! ([`_pyopencl_release`]); a pool that ends while objects are still lent sets their
+//! class to one whose `__del__` gives the block back.
 //!
+//! The blocks on loan are kept by their `cl_mem` handle with the object that holds them:
 //! `to_gpubuf` turns an entry into a uint8 gpubuf array owning the block
 //! ([`_pyopencl_block_array`]), shared with the views it makes; the block then returns to
-//! the pool once the sub-buffer and every such view are gone.
+//! the pool once the pyopencl object and every such view are gone (such an object is
+//! never lent again).
 
 use crate::dtype::{AnyArray, Wrap};
-use crate::errors::{invalid, to_py, IntoPy};
+use crate::errors::{invalid, IntoPy};
 use crate::gil::GilAllocator;
-use gpubuf::opencl::opencl3::error_codes::error_text;
-use gpubuf::opencl::opencl3::memory as clmem;
-use gpubuf::opencl::opencl3::types::{cl_buffer_region, cl_mem};
-use gpubuf::{Device, Error, NDBuffer, Order, PooledBuffer};
+use gpubuf::pool::bin_number;
+use gpubuf::{Device, MemoryPool, NDBuffer, Order, PooledBuffer};
 use parking_lot::Mutex;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use std::ffi::c_void;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::collections::HashMap;
 
-/// What a handed-out sub-buffer holds.
+/// What a handed-out buffer holds.
 enum Lent {
     /// The block, its device and the bytes asked for.
     Block(PooledBuffer<GilAllocator>, Device, usize),
@@ -36,132 +38,243 @@ enum Lent {
     Array(AnyArray),
 }
 
-/// The blocks handed out, each in a slot with its sub-buffer's handle; free slots are
-/// reused. A slot's number is the serial its sub-buffer's callback reports: the callback
-/// fires once, and the slot is freed only by [`drain`] after it did (or where no callback
-/// was registered), so a number never names two live sub-buffers.
-#[derive(Default)]
-struct Table {
-    slots: Vec<Option<(Lent, usize)>>,
-    free: Vec<usize>,
+/// A block on loan and the address of the object it is lent to.
+struct Entry {
+    lent: Lent,
+    owner: usize,
 }
 
-impl Table {
-    fn insert(&mut self, entry: (Lent, usize)) -> usize {
-        match self.free.pop() {
-            Some(i) => {
-                self.slots[i] = Some(entry);
-                i
-            }
-            None => {
-                self.slots.push(Some(entry));
-                self.slots.len() - 1
-            }
-        }
-    }
+/// The blocks on loan, by `cl_mem` handle (unique while lent: the pool holds the buffer
+/// until the block comes back).
+static LENT: Mutex<Option<HashMap<usize, Entry>>> = Mutex::new(None);
 
-    fn remove(&mut self, i: usize) -> Option<(Lent, usize)> {
-        let entry = self.slots.get_mut(i)?.take()?;
-        self.free.push(i);
-        Some(entry)
-    }
-}
+/// `pyopencl.Buffer.from_int_ptr`, `gpubuf.pyopencl.PooledBuffer`, the class of objects
+/// that outlive their pool and `pyopencl.MemoryObject.release`, looked up once.
+static NAMES: PyOnceLock<[Py<PyAny>; 4]> = PyOnceLock::new();
 
-static TABLE: Mutex<Table> = Mutex::new(Table { slots: Vec::new(), free: Vec::new() });
-/// Slot numbers of sub-buffers the runtime deleted, not yet drained.
-static ENDED: Mutex<Vec<usize>> = Mutex::new(Vec::new());
-static ANY_ENDED: AtomicBool = AtomicBool::new(false);
-
-/// The sub-buffer destructor callback: records the slot number given at registration.
-extern "C" fn ended(_mem: cl_mem, slot: *mut c_void) {
-    ENDED.lock().push(slot as usize);
-    ANY_ENDED.store(true, Ordering::Release);
-}
-
-/// Gives back the blocks of the sub-buffers that ended (with the GIL held; each block is
-/// dropped with no lock of this module held).
-pub fn drain() {
-    if !ANY_ENDED.swap(false, Ordering::AcqRel) {
-        return;
-    }
-    loop {
-        let Some(slot) = ENDED.lock().pop() else { break };
-        let entry = TABLE.lock().remove(slot);
-        drop(entry);
-    }
-}
-
-/// `pyopencl.Buffer.from_int_ptr` and `gpubuf.pyopencl.PooledBuffer`, looked up once.
-static NAMES: PyOnceLock<(Py<PyAny>, Py<PyAny>)> = PyOnceLock::new();
-
-fn names(py: Python<'_>) -> PyResult<&(Py<PyAny>, Py<PyAny>)> {
+fn names(py: Python<'_>) -> PyResult<&[Py<PyAny>; 4]> {
     NAMES.get_or_try_init(py, || {
-        let from_int_ptr = py.import("pyopencl")?.getattr("Buffer")?.getattr("from_int_ptr")?.unbind();
-        let class = py.import("gpubuf.pyopencl")?.getattr("PooledBuffer")?.unbind();
-        Ok((from_int_ptr, class))
+        let cl = py.import("pyopencl")?;
+        let from_int_ptr = cl.getattr("Buffer")?.getattr("from_int_ptr")?.unbind();
+        let release = cl.getattr("MemoryObject")?.getattr("release")?.unbind();
+        let module = py.import("gpubuf.pyopencl")?;
+        let class = module.getattr("PooledBuffer")?.unbind();
+        Ok([from_int_ptr, class, module.getattr("_OrphanPooledBuffer")?.unbind(), release])
     })
 }
 
-/// Releases the reference gpubuf holds to `sub` (its callback then reports it).
-fn release(sub: cl_mem) {
-    // SAFETY: `sub` is a sub-buffer this module created and still holds the reference of.
-    let _ = unsafe { clmem::release_mem_object(sub) };
+/// Takes the entry of `handle` out when it is lent to `owner` (any owner: None).
+fn remove(handle: usize, owner: Option<usize>) -> Option<Lent> {
+    let mut map = LENT.lock();
+    let map = map.as_mut()?;
+    if owner.is_some_and(|o| map.get(&handle).is_none_or(|e| e.owner != o)) {
+        return None;
+    }
+    map.remove(&handle).map(|e| e.lent)
 }
 
-/// `block` (of `size` bytes asked for; an OpenCL buffer of its own) as a
-/// `gpubuf.pyopencl.PooledBuffer` over a sub-buffer of the whole block.
+/// An object a pool lent.
+struct Loan {
+    bin: usize,
+    handle: usize,
+    object: Py<PyAny>,
+}
+
+/// The objects a pool made from pyopencl objects lent (touched with the GIL held).
+#[derive(Default)]
+pub struct Loans {
+    /// Newest last.
+    loans: Vec<Loan>,
+    /// Loans past which the next request that misses reclaims them all.
+    reclaim_at: usize,
+    /// Requests served by a lent object again since the counters were last read.
+    hits: u64,
+}
+
+/// Loans scanned for a free object of the request's class before the pool is asked.
+const WINDOW: usize = 8;
+
+impl Loans {
+    /// An object of the size class of `bytes` (pool bits `bits`) that only the pool
+    /// refers to, lent again for `bytes` bytes; None when the newest [`WINDOW`] loans have
+    /// none. Loans found there whose block went back already (`release()`) leave the list;
+    /// their objects are returned in `stale`, for the caller to drop after the cell.
+    pub fn take(
+        &mut self,
+        py: Python<'_>,
+        bits: u32,
+        bytes: usize,
+        stale: &mut Vec<Py<PyAny>>,
+    ) -> Option<Py<PyAny>> {
+        let bin = bin_number(bytes.max(1), bits);
+        let mut map = LENT.lock();
+        let map = map.get_or_insert_with(HashMap::new);
+        let mut i = self.loans.len();
+        let start = i.saturating_sub(WINDOW);
+        while i > start {
+            i -= 1;
+            let l = &self.loans[i];
+            let owner = l.object.as_ptr() as usize;
+            let Some(entry) = map.get_mut(&l.handle).filter(|e| e.owner == owner) else {
+                stale.push(self.loans.remove(i).object);
+                continue;
+            };
+            if l.bin != bin || !only_ours(&l.object) {
+                continue;
+            }
+            let Lent::Block(block, _, size) = &mut entry.lent else { continue };
+            if !block.reuse(bytes) {
+                continue;
+            }
+            *size = bytes;
+            let loan = self.loans.remove(i);
+            let object = loan.object.clone_ref(py);
+            self.loans.push(loan);
+            self.hits = self.hits.wrapping_add(1);
+            return Some(object);
+        }
+        None
+    }
+
+    /// Records `object`, lent with the block of `handle` (size class `bin`).
+    pub fn push(&mut self, bin: usize, handle: usize, object: Py<PyAny>) {
+        self.loans.push(Loan { bin, handle, object });
+    }
+
+    /// Whether a request that the loans did not serve should reclaim first (they outgrew
+    /// the live objects counted at the last reclaim by a sixteenth, or by four).
+    pub fn due(&self) -> bool {
+        self.loans.len() >= self.reclaim_at
+    }
+
+    /// Gives back the blocks of the objects only the pool refers to, and of those whose
+    /// block went back already (`release()`); returns the counted hits. The blocks and
+    /// objects are dropped by the caller, after the cell.
+    pub fn reclaim(&mut self) -> Reclaimed {
+        let mut out = Vec::new();
+        let mut map = LENT.lock();
+        let mut kept = Vec::with_capacity(self.loans.len());
+        for l in self.loans.drain(..) {
+            let ours = map
+                .as_ref()
+                .and_then(|m| m.get(&l.handle))
+                .is_some_and(|e| e.owner == l.object.as_ptr() as usize);
+            if ours && !only_ours(&l.object) {
+                kept.push(l);
+                continue;
+            }
+            let lent =
+                if ours { map.as_mut().and_then(|m| m.remove(&l.handle)).map(|e| e.lent) } else { None };
+            out.push((lent, l.object));
+        }
+        drop(map);
+        self.loans = kept;
+        self.reclaim_at = self.loans.len() + (self.loans.len() / 16).max(4);
+        Reclaimed { freed: out, hits: std::mem::take(&mut self.hits) }
+    }
+
+    /// The pool ends: the objects still in use get the class whose `__del__` gives their
+    /// block back; returns every object, for the caller to drop after the cell.
+    pub fn orphan(&mut self) -> Vec<Py<PyAny>> {
+        self.loans.drain(..).map(|l| l.object).collect()
+    }
+}
+
+/// What [`Loans::reclaim`] took back: blocks and objects to drop outside the cell, and the
+/// hits to count.
+pub struct Reclaimed {
+    freed: Vec<(Option<Lent>, Py<PyAny>)>,
+    hits: u64,
+}
+
+/// Whether only the pool refers to `object`.
+fn only_ours(object: &Py<PyAny>) -> bool {
+    // SAFETY: `object` is a live object the pool holds a reference to; reading its count
+    // runs no Python.
+    unsafe { pyo3::ffi::Py_REFCNT(object.as_ptr()) == 1 }
+}
+
+/// Drops what [`Loans::reclaim`] returned and counts the hits in `pool`'s stats.
+pub fn finish_reclaim(pool: &MemoryPool<GilAllocator>, r: Reclaimed) {
+    drop(r.freed);
+    if r.hits > 0 {
+        pool.count_hits(r.hits);
+    }
+}
+
+/// Gives the objects of an ended pool (from [`Loans::orphan`]) the class whose `__del__`
+/// gives their block back, unless only the pool refers to them (their block goes back now).
+pub fn finish_orphans(py: Python<'_>, objects: Vec<Py<PyAny>>) {
+    let class = names(py).ok().map(|n| n[2].clone_ref(py));
+    for object in objects {
+        let handle = object.bind(py).getattr("int_ptr").ok().and_then(|h| h.extract::<usize>().ok());
+        if only_ours(&object) || class.is_none() {
+            if let Some(h) = handle {
+                drop(remove(h, Some(object.as_ptr() as usize)));
+            }
+        } else if let Some(class) = &class {
+            let _ = object.bind(py).setattr("__class__", class.bind(py));
+        }
+        drop(object);
+    }
+}
+
+/// `block` (of `size` bytes asked for; an OpenCL buffer of its own; of size class `bin`)
+/// as a `gpubuf.pyopencl.PooledBuffer` over the block's `cl_mem`, recorded in `loans`.
 ///
 /// # Errors
-/// `ImportError` without pyopencl; `DeviceMismatchError` off OpenCL; driver errors
-/// creating the sub-buffer; pyopencl's errors. The block goes back to the pool on an error.
+/// `ImportError` without pyopencl; `DeviceMismatchError` off OpenCL; pyopencl's errors.
+/// The block goes back to the pool on an error.
 pub fn hand_out(
     py: Python<'_>,
+    loans: impl FnOnce(usize, usize, Py<PyAny>),
     block: PooledBuffer<GilAllocator>,
     device: Device,
     size: usize,
+    bin: usize,
 ) -> PyResult<Py<PyAny>> {
-    drain();
-    let parent = crate::pyopencl::cl_mem(block.memory())?;
+    let handle = crate::pyopencl::cl_mem(block.memory())?;
     if block.offset() != 0 {
         return Err(invalid("a block of a pool for pyopencl starts inside its buffer (not expected)"));
     }
-    let region = cl_buffer_region { origin: 0, size: block.block_size() };
-    // SAFETY: `parent` is the live buffer of the block (the pool holds it while the block
-    // is lent); the region lies inside it and starts at 0, which every device's base
-    // address alignment allows; flags 0 inherit the parent's read-write access.
-    let sub = unsafe {
-        clmem::create_sub_buffer(
-            parent as cl_mem,
-            0,
-            clmem::CL_BUFFER_CREATE_TYPE_REGION,
-            (&raw const region).cast::<c_void>(),
-        )
-    }
-    .map_err(|c| to_py(Error::invalid(format!("clCreateSubBuffer failed: {}", error_text(c)))))?;
-    let slot = TABLE.lock().insert((Lent::Block(block, device, size), sub as usize));
-    // SAFETY: `sub` is live; `ended` only records the number it is given.
-    if let Err(c) = unsafe { clmem::set_mem_object_destructor_callback(sub, ended, slot as *mut c_void) } {
-        // No callback: take the entry back here and release the sub-buffer.
-        let entry = TABLE.lock().remove(slot);
-        release(sub);
-        drop(entry);
-        return Err(to_py(Error::invalid(format!(
-            "clSetMemObjectDestructorCallback failed: {}",
-            error_text(c)
-        ))));
-    }
-    let (from_int_ptr, class) = names(py)?;
-    // pyopencl takes gpubuf's reference over (retain=False): its object's end is the
-    // sub-buffer's, which the callback reports.
-    let buf = match from_int_ptr.call1(py, (sub as usize, false)) {
-        Ok(b) => b,
-        Err(e) => {
-            release(sub);
-            return Err(e);
-        }
-    };
+    let [from_int_ptr, class, ..] = names(py)?;
+    // pyopencl takes a reference of its own (retain=True): the pool's stays with the block.
+    let buf = from_int_ptr.call1(py, (handle, true))?;
     buf.bind(py).setattr("__class__", class.bind(py))?;
+    let entry = Entry { lent: Lent::Block(block, device, size), owner: buf.as_ptr() as usize };
+    // A handle is lent once at a time: nothing is replaced.
+    let old = LENT.lock().get_or_insert_with(HashMap::new).insert(handle, entry);
+    drop(old);
+    loans(bin, handle, buf.clone_ref(py));
     Ok(buf)
+}
+
+/// ``release()`` of a `gpubuf.pyopencl.PooledBuffer` (and the end of one whose pool
+/// ended): gives its block back to the pool, then releases the object's own reference to
+/// the buffer with pyopencl's ``MemoryObject.release``, so that the object cannot reach the
+/// block after it went back.
+///
+/// Raises ``InvalidArgumentError`` for any other object, and pyopencl's ``LogicError`` for
+/// one released already (its block went back the first time).
+///
+/// # Errors
+/// As the docstring says.
+#[pyfunction]
+pub fn _pyopencl_release(buf: &Bound<'_, PyAny>) -> PyResult<()> {
+    let py = buf.py();
+    // Only objects of those very classes (made by `hand_out`, whose `int_ptr` is pyopencl's
+    // own descriptor).
+    let names = names(py)?;
+    let t = buf.get_type();
+    if !(t.is(names[1].bind(py)) || t.is(names[2].bind(py))) {
+        return Err(invalid("not a buffer of a gpubuf pool"));
+    }
+    let handle = buf.getattr(pyo3::intern!(py, "int_ptr")).ok().and_then(|h| h.extract::<usize>().ok());
+    if let Some(handle) = handle {
+        drop(remove(handle, Some(buf.as_ptr() as usize)));
+    }
+    names[3].call1(py, (buf,))?;
+    Ok(())
 }
 
 /// The block a handed-out buffer holds, as a uint8 gpubuf array of the bytes asked for,
@@ -174,20 +287,13 @@ pub fn hand_out(
 /// As the docstring says.
 #[pyfunction]
 pub fn _pyopencl_block_array(buf: &Bound<'_, PyAny>) -> PyResult<AnyArray> {
-    drain();
     let handle = crate::pyopencl::buffer_handle(buf)?;
-    let mut t = TABLE.lock();
-    let slot = t
-        .slots
-        .iter()
-        .position(|e| e.as_ref().is_some_and(|(_, h)| *h == handle))
-        .ok_or_else(|| invalid("the buffer holds no block of a gpubuf pool (or was released)"))?;
-    let Some((entry, handle)) = t.remove(slot) else {
-        return Err(invalid("the pooled buffer was released"));
-    };
+    let owner = buf.as_ptr() as usize;
+    let no_block = || invalid("the buffer holds no block of a gpubuf pool (or was released)");
+    let lent = remove(handle, Some(owner)).ok_or_else(no_block)?;
     // `into_buffer` fails only for a backend of another memory type, which the pool's own
     // device never is.
-    let array = match entry {
+    let array = match lent {
         Lent::Array(a) => a,
         Lent::Block(block, device, size) => block
             .into_buffer(&device)
@@ -195,8 +301,8 @@ pub fn _pyopencl_block_array(buf: &Bound<'_, PyAny>) -> PyResult<AnyArray> {
             .map(u8::wrap)
             .py()?,
     };
-    // Back into the same slot, which its sub-buffer's callback names.
-    t.free.retain(|&i| i != slot);
-    t.slots[slot] = Some((Lent::Array(array.clone()), handle));
+    let entry = Entry { lent: Lent::Array(array.clone()), owner };
+    let old = LENT.lock().get_or_insert_with(HashMap::new).insert(handle, entry);
+    drop(old);
     Ok(array)
 }

@@ -92,6 +92,7 @@ fn gpubuf_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(pyopencl::_adopt_pyopencl, m)?)?;
     m.add_function(wrap_pyfunction!(strided::_strided_view, m)?)?;
     m.add_function(wrap_pyfunction!(cl_pooled::_pyopencl_block_array, m)?)?;
+    m.add_function(wrap_pyfunction!(cl_pooled::_pyopencl_release, m)?)?;
     m.add_function(wrap_pyfunction!(dlpack::_read_dlpack_capsule, m)?)?;
     m.add_function(wrap_pyfunction!(dlpack::_dlpack_consumer_stream, m)?)?;
     m.add_class::<pool::PyMemoryPool>()?;

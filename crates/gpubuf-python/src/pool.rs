@@ -5,9 +5,10 @@
 use crate::allocators::{PyDeferredAllocator, PyImmediateAllocator};
 use crate::args::{bytes_arg, shape_arg};
 use crate::backend::PyBackend;
+use crate::cl_pooled::{finish_orphans, finish_reclaim, Loans};
 use crate::dtype::{parse_dtype, with_dtype, AnyArray, Wrap};
 use crate::errors::{invalid, stats_dict, IntoPy};
-use crate::gil::{holding_gil, GilAllocator};
+use crate::gil::{holding_gil, GilAllocator, GilCell};
 use crate::pooled_buffer::{new_object, PoolCore};
 use gpubuf::pool::{alloc_size, bin_number, Limit, PoolConfig, GRANULE};
 use gpubuf::{DType, Device, MemoryPool, Order};
@@ -49,6 +50,8 @@ pub struct PyMemoryPool {
     /// Made from pyopencl objects: blocks go to pyopencl as `pyopencl.Buffer` subclass
     /// objects ([`crate::cl_pooled`]).
     for_pyopencl: bool,
+    /// The objects lent to pyopencl (for such a pool).
+    loans: GilCell<Loans>,
 }
 
 #[pymethods]
@@ -91,7 +94,8 @@ impl PyMemoryPool {
         };
         let pool = MemoryPool::with_config(GilAllocator { device }, config).py()?;
         let core = Py::new(allocator.py(), PoolCore::new(pool, leading_bits_in_bin_id))?;
-        Ok(PyMemoryPool { core, bits: leading_bits_in_bin_id, for_pyopencl: from_cl })
+        let loans = GilCell::new(Loans::default());
+        Ok(PyMemoryPool { core, bits: leading_bits_in_bin_id, for_pyopencl: from_cl, loans })
     }
 
     /// A block of at least ``size`` bytes (pyopencl's ``allocate``), returned to the pool by
@@ -204,7 +208,7 @@ impl PyMemoryPool {
 
     /// Frees what is held, and from now on returns freed memory to the device.
     fn stop_holding(&self, py: Python<'_>) {
-        crate::cl_pooled::drain();
+        self.reclaim(py);
         self.core.get().stop_caching(py);
         let pool = self.pool().clone();
         py.detach(move || pool.stop_holding());
@@ -243,8 +247,12 @@ impl Drop for PyMemoryPool {
     /// The released objects cached for this pool refer to its core: they go now (their
     /// blocks back to the pool), and blocks released later go straight back to the pool.
     fn drop(&mut self) {
-        let core = &self.core;
-        Python::attach(|py| core.get().stop_caching(py));
+        let (core, loans) = (&self.core, self.loans.get_mut());
+        let orphans = loans.orphan();
+        Python::attach(|py| {
+            core.get().stop_caching(py);
+            finish_orphans(py, orphans);
+        });
     }
 }
 
@@ -260,11 +268,19 @@ impl PyMemoryPool {
     }
 
     /// Brings the pool up to date before its counters are read or its memory handed
-    /// back: blocks of ended pyopencl sub-buffers and the blocks cached for Python go
-    /// back to it.
+    /// back: the blocks cached for Python, and those of lent pyopencl objects that only
+    /// the pool refers to any more, go back to it.
     fn settle(&self, py: Python<'_>) {
-        crate::cl_pooled::drain();
         self.core.get().flush(py);
+        self.reclaim(py);
+    }
+
+    /// Takes back the blocks of lent pyopencl objects that only the pool refers to.
+    fn reclaim(&self, py: Python<'_>) {
+        // SAFETY: `reclaim` reads reference counts and moves loans out; the objects and
+        // blocks are dropped after `with` returns.
+        let freed = unsafe { self.loans.with(py, Loans::reclaim) };
+        finish_reclaim(self.pool(), freed);
     }
 
     /// `allocate` and `__call__`.
@@ -272,9 +288,24 @@ impl PyMemoryPool {
         let bytes = bytes_arg(size)?;
         let core = self.core.get();
         if self.for_pyopencl {
-            crate::cl_pooled::drain();
+            let mut stale = Vec::new();
+            // SAFETY: `take` reads reference counts, moves loans and counts a reference (an
+            // increment): no Python runs, and what leaves the list is dropped after `with`.
+            let lent = unsafe { self.loans.with(py, |l| l.take(py, self.bits, bytes, &mut stale)) };
+            drop(stale);
+            if let Some(object) = lent {
+                return Ok(object);
+            }
+            // SAFETY: reads two numbers.
+            if unsafe { self.loans.with(py, |l| l.due()) } {
+                self.reclaim(py);
+            }
             let block = self.held_or_new(py, bytes)?;
-            return crate::cl_pooled::hand_out(py, block, self.device(), bytes);
+            let bin = gpubuf::pool::bin_number(bytes.max(1), self.bits);
+            // SAFETY: `push` moves a loan in; no Python runs and nothing is dropped.
+            let record =
+                |bin, handle, object| unsafe { self.loans.with(py, |l| l.push(bin, handle, object)) };
+            return crate::cl_pooled::hand_out(py, record, block, self.device(), bytes, bin);
         }
         // A block released from Python first (no lock), then one the pool holds, then the
         // device (after the cache went back to the pool).

@@ -38,12 +38,16 @@ def test_typed_package():
 # a number), view a gpubuf array's own buffer with another layout, bounds-checked
 # (`_strided_view`), or look up the block a pyopencl buffer of gpubuf's pool holds in
 # gpubuf's own table (`_pyopencl_block_array`: by the handle read from the pyopencl
-# buffer; a handle not in the table holds nothing). A new one fails the test below until it is reviewed and added here.
+# buffer; a handle not in the table holds nothing), or release such a buffer
+# (`_pyopencl_release`: only objects of gpubuf's own pyopencl classes, the block given back
+# and the object's reference to it released at once, so the object cannot reach the block
+# afterwards). A new one fails the test below until it is reviewed and added here.
 REVIEWED_PRIVATE = {
     "_Evictor",
     "_MirrorCore",
     "_adopt_pyopencl",
     "_pyopencl_block_array",
+    "_pyopencl_release",
     "_strided_view",
     "_cuda_array_interface",
     "_dlpack_consumer_stream",

@@ -15,10 +15,10 @@ Made from pyopencl objects, gpubuf's allocators and pool work in that very conte
 0 bytes. A pool over such an allocator hands out :class:`PooledBuffer`, a subclass of
 ``pyopencl.Buffer`` (kernel arguments, ``enqueue_copy``, ``pyopencl.array``'s
 ``allocator=``), each block an OpenCL buffer of its own of its size class, as in pyopencl's
-pool (handed to pyopencl as an OpenCL sub-buffer over the whole block). The block goes
-back to the pool when that sub-buffer ends: at ``release()`` or when the object is
-garbage collected; pyopencl's references to it (an array's ``base_data``) keep it out
-until then.
+pool (handed to pyopencl as a ``pyopencl.Buffer`` over that buffer). The block goes back
+to the pool at ``release()``, or once nothing but the pool refers to the object (the pool
+looks when a request of its size class comes, before it grows, and before its counters
+are read); pyopencl's references to it (an array's ``base_data``) keep it out until then.
 ``gpubuf.Backend.from_pyopencl(queue_or_context)`` is the OpenCL backend over the same
 context, for gpubuf's own arrays there.
 
@@ -43,6 +43,7 @@ from ._gpubuf import (
     MemoryPool,
     _adopt_pyopencl,
     _pyopencl_block_array,
+    _pyopencl_release,
     _strided_view,
 )
 
@@ -50,17 +51,45 @@ __all__ = ["PooledBuffer", "install", "installed", "is_installed", "to_gpubuf", 
 
 class PooledBuffer(_cl.Buffer):
     """A block of a gpubuf pool as a ``pyopencl.Buffer`` (pyopencl's ``PooledBuffer``
-    surface): an OpenCL sub-buffer over the whole block, whose end (``release()``, a
-    second of which raises pyopencl's ``LogicError``, or garbage collection) gives the
-    block back to the pool."""
+    surface) over the block's own OpenCL buffer. The block goes back to the pool at
+    ``release()`` (a second one raises pyopencl's ``LogicError``) or once nothing but the
+    pool refers to the object; as with pyopencl's pool, work queued on the buffer is not
+    waited for (the next user of the block is ordered after it on the same in-order
+    queue). Sub-regions are refused, as by pyopencl's ``PooledBuffer``: one could outlive
+    the block."""
 
     __slots__ = ()
+
+    def release(self) -> None:
+        """Returns the block to the pool, then drops this object's reference to the
+        buffer (pyopencl's ``release()``: a second call raises ``LogicError``)."""
+        _pyopencl_release(self)
+
+    def get_sub_region(self, origin, size, flags=0):
+        """Refused: a sub-buffer of a pooled block could outlive the block."""
+        raise InvalidArgumentError("a pooled buffer has no sub-regions (one could outlive its block)")
+
+    def __getitem__(self, idx):
+        """Refused, as ``get_sub_region``."""
+        raise InvalidArgumentError("a pooled buffer has no sub-regions (one could outlive its block)")
 
     def bind_to_queue(self, queue) -> None:
         """pyopencl's: a no-op here (gpubuf's blocks are not bound to a queue)."""
 
     def unbind_from_queue(self) -> None:
         """pyopencl's: a no-op here."""
+
+
+class _OrphanPooledBuffer(PooledBuffer):
+    """A ``PooledBuffer`` whose pool object is gone: its block goes back at its end."""
+
+    __slots__ = ()
+
+    def __del__(self, _release=_pyopencl_release) -> None:
+        try:
+            _release(self)
+        except Exception:  # released already: its block went back then
+            pass
 
 
 def to_gpubuf(obj, queue=None):

@@ -1,0 +1,171 @@
+"""A pool made from pyopencl objects lends each block as a pyopencl buffer over the block's
+own cl_mem and takes it back once only the pool refers to the object: the same object is
+lent again, a released one never is, and nothing outlives its use."""
+
+import gc
+
+import numpy as np
+import pytest
+
+import gpubuf
+
+cl = pytest.importorskip("pyopencl")
+cl_array = pytest.importorskip("pyopencl.array")
+gpyopencl = pytest.importorskip("gpubuf.pyopencl")
+
+
+@pytest.fixture
+def queue():
+    try:
+        gpubuf.Backend("opencl")
+        return cl.CommandQueue(cl.create_some_context(interactive=False))
+    except (gpubuf.BackendUnavailableError, cl.Error) as e:
+        pytest.skip(f"no OpenCL device for pyopencl and gpubuf: {e}")
+
+
+def _refcount(handle):
+    """The OpenCL reference count of a cl_mem, read through a pyopencl object of its own
+    (which counts one)."""
+    probe = cl.Buffer.from_int_ptr(handle, retain=True)
+    return probe.get_info(cl.mem_info.REFERENCE_COUNT) - 1
+
+
+def test_an_object_no_one_else_holds_is_lent_again(queue):
+    pool = gpubuf.MemoryPool(gpubuf.ImmediateAllocator(queue))
+    a = cl_array.empty(queue, 1000, np.float32, allocator=pool)
+    handle = a.base_data.int_ptr
+    assert _refcount(handle) == 2  # the pool's and the lent object's
+    del a
+    hits = pool.stats()["hits"]
+    for _ in range(20):
+        b = cl_array.empty(queue, 1000, np.float32, allocator=pool)
+        b.fill(3.0)
+        assert b.base_data.int_ptr == handle
+        assert (b.get() == 3.0).all()
+        del b
+    b = pool.allocate(3999)  # the same size class as 4000 bytes: the same object again
+    assert b.int_ptr == handle and gpyopencl.to_gpubuf(b).shape == (3999,)
+    del b
+    s = pool.stats()
+    assert s["hits"] == hits + 21 and s["misses"] == 1
+    assert (pool.active_blocks, pool.held_blocks) == (0, 1)
+    assert _refcount(handle) == 1  # the lent object is gone with the counters read
+
+
+def test_a_held_object_is_never_lent_twice(queue):
+    pool = gpubuf.MemoryPool(gpubuf.ImmediateAllocator(queue))
+    held = [pool.allocate(4096) for _ in range(20)]
+    handles = {b.int_ptr for b in held}
+    assert len(handles) == 20
+    more = [pool.allocate(4096) for _ in range(5)]
+    assert not handles & {b.int_ptr for b in more}
+    assert pool.active_blocks == 25
+
+
+def test_a_released_object_stays_released(queue):
+    pool = gpubuf.MemoryPool(gpubuf.ImmediateAllocator(queue))
+    b = pool.allocate(1000)
+    handle = b.int_ptr
+    b.release()
+    assert pool.active_blocks == 0
+    c = pool.allocate(1000)
+    assert c is not b and c.int_ptr == handle
+    with pytest.raises(cl.LogicError):
+        b.release()
+    del b
+    gc.collect()
+    assert pool.active_blocks == 1
+    d = pool.allocate(1000)  # not the released object, though only the pool holds it
+    assert d.int_ptr != c.int_ptr and pool.active_blocks == 2
+
+
+def test_a_block_shared_with_gpubuf_is_not_lent_again(queue):
+    pool = gpubuf.MemoryPool(gpubuf.ImmediateAllocator(queue))
+    a = cl_array.arange(queue, 256, dtype=np.float32, allocator=pool)
+    handle = a.base_data.int_ptr
+    g = gpyopencl.to_gpubuf(a)
+    del a
+    b = cl_array.empty(queue, 256, np.float32, allocator=pool)
+    assert b.base_data.int_ptr != handle, "the gpubuf view still uses the block"
+    assert (g.to_numpy().view(np.float32) == np.arange(256, dtype=np.float32)).all()
+    del b, g
+    gc.collect()
+    assert pool.active_blocks == 0
+
+
+def test_sub_regions_are_refused(queue):
+    pool = gpubuf.MemoryPool(gpubuf.ImmediateAllocator(queue))
+    b = pool.allocate(4096)
+    with pytest.raises(gpubuf.InvalidArgumentError):
+        b.get_sub_region(0, 1024)
+    with pytest.raises(gpubuf.InvalidArgumentError):
+        b[0:1024]  # noqa: B018
+
+
+def test_objects_outliving_their_pool_give_their_block_back(queue):
+    pool = gpubuf.MemoryPool(gpubuf.ImmediateAllocator(queue))
+    kept = pool.allocate(1000)
+    pool.allocate(2000)  # dropped at once: only the pool refers to it
+    handle = kept.int_ptr
+    probe = cl.Buffer.from_int_ptr(handle, retain=True)
+    del pool
+    gc.collect()
+    assert isinstance(kept, gpyopencl.PooledBuffer)
+    assert probe.get_info(cl.mem_info.REFERENCE_COUNT) == 3  # the pool's, kept's, probe's
+    del kept
+    gc.collect()
+    assert probe.get_info(cl.mem_info.REFERENCE_COUNT) == 1, "the block went back and the pool ended"
+
+
+def test_many_live_objects_and_mixed_sizes(queue):
+    pool = gpubuf.MemoryPool(gpubuf.ImmediateAllocator(queue))
+    rng = np.random.default_rng(3)
+    live = {}
+    for step in range(3000):
+        k = int(rng.integers(0, 200))
+        if k in live and rng.random() < 0.5:
+            del live[k]
+        else:
+            n = int(rng.integers(1, 5000))
+            b = pool.allocate(n)
+            assert b.size >= n
+            live[k] = b
+        handles = [b.int_ptr for b in live.values()]
+        if step % 500 == 0:
+            assert len(set(handles)) == len(handles), "one block lent twice"
+            assert pool.active_blocks == len(live)
+    live.clear()
+    del b
+    assert pool.active_blocks == 0
+
+
+def test_a_released_object_never_comes_back_for_its_old_block(queue):
+    # b's loan is left behind while its block goes to c; later loans leave around it, so
+    # the pool looks at b's loan again while c holds the block.
+    pool = gpubuf.MemoryPool(gpubuf.ImmediateAllocator(queue))
+    b = pool.allocate(1000)
+    others = [pool.allocate(5000 * (i + 1)) for i in range(8)]
+    b.release()
+    c = pool.allocate(1000)  # b's block
+    del b
+    for o in others:
+        o.release()
+    del o, others
+    pool.allocate(1).release()  # looks at the newest loans
+    d = pool.allocate(1000)
+    assert d.int_ptr != c.int_ptr and pool.active_blocks == 2
+    cl.enqueue_copy(queue, d, np.ones(250, np.float32)).wait()
+
+
+def test_the_private_release_takes_only_pooled_buffers(queue):
+    pool = gpubuf.MemoryPool(gpubuf.ImmediateAllocator(queue))
+    plain = cl.Buffer(queue.context, cl.mem_flags.READ_WRITE, 1024)
+    for other in (plain, 5, None, gpubuf.MemoryPool(gpubuf.Backend.from_pyopencl(queue)).allocate(16)):
+        with pytest.raises(gpubuf.InvalidArgumentError):
+            gpubuf._gpubuf._pyopencl_release(other)
+    cl.enqueue_copy(queue, plain, np.ones(256, np.float32)).wait()  # untouched
+    b = pool.allocate(1000)
+    gpubuf._gpubuf._pyopencl_release(b)  # as b.release(): the object lets go of the block
+    assert pool.active_blocks == 0
+    with pytest.raises(cl.LogicError):
+        b.release()
