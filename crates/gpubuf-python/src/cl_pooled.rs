@@ -92,7 +92,7 @@ pub struct Loans {
 }
 
 /// Loans scanned for a free object of the request's class before the pool is asked.
-const WINDOW: usize = 8;
+pub const WINDOW: usize = 8;
 
 impl Loans {
     /// An object of the size class of `bytes` (pool bits `bits`) that only the pool
@@ -205,6 +205,9 @@ pub fn finish_reclaim(pool: &MemoryPool<GilAllocator>, r: Reclaimed) {
 /// Gives the objects of an ended pool (from [`Loans::orphan`]) the class whose `__del__`
 /// gives their block back, unless only the pool refers to them (their block goes back now).
 pub fn finish_orphans(py: Python<'_>, objects: Vec<Py<PyAny>>) {
+    if objects.is_empty() {
+        return;
+    }
     let class = names(py).ok().map(|n| n[2].clone_ref(py));
     for object in objects {
         let handle = object.bind(py).getattr("int_ptr").ok().and_then(|h| h.extract::<usize>().ok());

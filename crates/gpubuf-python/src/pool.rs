@@ -251,7 +251,15 @@ impl Drop for PyMemoryPool {
         let orphans = loans.orphan();
         Python::attach(|py| {
             core.get().stop_caching(py);
-            finish_orphans(py, orphans);
+            if !orphans.is_empty() {
+                // A pool may end while an exception is being raised (a temporary argument
+                // of a call that failed): the Python calls here must not lose it.
+                let pending = PyErr::take(py);
+                finish_orphans(py, orphans);
+                if let Some(e) = pending {
+                    e.restore(py);
+                }
+            }
         });
     }
 }

@@ -169,3 +169,18 @@ def test_the_private_release_takes_only_pooled_buffers(queue):
     assert pool.active_blocks == 0
     with pytest.raises(cl.LogicError):
         b.release()
+
+
+def test_a_pool_ending_while_an_error_is_raised_keeps_the_error(queue):
+    kept = []
+
+    def pool_with_a_loan():
+        pool = gpubuf.MemoryPool(gpubuf.ImmediateAllocator(queue))
+        kept.append(pool.allocate(1000))
+        return pool
+
+    a = gpubuf.NDBuffer.from_numpy(np.zeros((4, 5)), gpubuf.Backend.from_pyopencl(queue))
+    # The pool, a temporary argument, ends as the call's error is raised.
+    with pytest.raises(gpubuf.GpubufError):
+        a.set_region((slice(None),), np.ones((3, 3)), pool_with_a_loan())
+    assert type(kept[0]).__name__ == "_OrphanPooledBuffer"
