@@ -13,14 +13,7 @@ cl = pytest.importorskip("pyopencl")
 cl_array = pytest.importorskip("pyopencl.array")
 gpyopencl = pytest.importorskip("gpubuf.pyopencl")
 
-
-@pytest.fixture
-def queue():
-    try:
-        gpubuf.Backend("opencl")
-        return cl.CommandQueue(cl.create_some_context(interactive=False))
-    except (gpubuf.BackendUnavailableError, cl.Error) as e:
-        pytest.skip(f"no OpenCL device for pyopencl and gpubuf: {e}")
+from test_pyopencl import queue  # noqa: E402,F401 (the fixture: a queue pyopencl and gpubuf share)
 
 
 def _refcount(handle):
