@@ -13,7 +13,7 @@ the same period of the machine, and each figure is the median over the repetitio
   queue, whose blocks are ``pyopencl.Buffer`` objects; baseline pyopencl's pool.
 - ``array_us/<n>``: ``pyopencl.array.empty(queue, n, float32, allocator=pool)``, a kernel
   over it (``fill``), and its release, with gpubuf's pool made from the queue; baseline
-  the same with pyopencl's pool.
+  the same with pyopencl's pool. Turns of 50 loops, six times ``reps`` of them each.
 """
 
 import os
@@ -98,11 +98,14 @@ def bench_pool(backend, reps=15, quick=False):
             out.append(_entry(f"vs_pyopencl/{size}", py, "ns", cl))
             out.append(_entry(f"pyopencl_buffers_vs_pyopencl/{size}", statistics.median(times["cl"]), "ns", cl))
     if queue is not None:
-        n_iters = 20 if quick else 300
+        # Short turns, six times as many: this VM's speed changes within tens of
+        # milliseconds, and turns of 300 loops (about 10 ms) left medians that one side's
+        # bad patch could move by a third.
+        n_iters = 10 if quick else 50
         for n in ARRAY_SIZES:
             times = {"ours": [], "theirs": []}
             pair = [("ours", ours_cl), ("theirs", theirs)]
-            for rep in range(reps + 1):
+            for rep in range(6 * reps + 1):
                 for k, p in pair if rep % 2 else pair[::-1]:
                     t = _arrays(queue, p, n, n_iters)
                     if rep:
