@@ -138,3 +138,20 @@ def test_two_threads_share_a_pool(backend):
     assert (pool.active_blocks, pool.active_bytes) == (0, 0)
     s = pool.stats()
     assert s["hits"] + s["misses"] == 6000
+
+
+def test_a_failed_request_loses_no_cached_block(backend):
+    pool = gpubuf.MemoryPool(backend)
+    pool.allocate(1000).release()
+    pool.allocate(1000).release()  # a hit from the cache, the block cached again
+    for bad in (2**64 - 1, 2**63, -1, "x"):
+        with pytest.raises((gpubuf.OutOfMemoryError, gpubuf.InvalidArgumentError)):
+            pool.allocate(bad)
+    # The huge requests went to the pool (the cache handed its block back first), whose
+    # out-of-memory ladder freed what it held, that block's segment included.
+    assert (pool.active_blocks, pool.held_blocks, pool.managed_bytes) == (0, 0, 0)
+    b = pool.allocate(1000)
+    assert b.size == 1000 and not b.released
+    b.release()
+    s = pool.stats()
+    assert (s["hits"], s["active_blocks"]) == (1, 0)
