@@ -22,7 +22,7 @@
 
 use crate::dtype::{AnyArray, Wrap};
 use crate::errors::{invalid, IntoPy};
-use crate::gil::GilAllocator;
+use crate::gil::{sole_reference, GilAllocator};
 use gpubuf::pool::bin_number;
 use gpubuf::{Device, MemoryPool, NDBuffer, Order, PooledBuffer};
 use parking_lot::Mutex;
@@ -119,7 +119,7 @@ impl Loans {
                 stale.push(self.loans.remove(i).object);
                 continue;
             };
-            if l.bin != bin || !only_ours(&l.object) {
+            if l.bin != bin || !sole_reference(&l.object) {
                 continue;
             }
             let Lent::Block(block, _, size) = &mut entry.lent else { continue };
@@ -159,7 +159,7 @@ impl Loans {
                 .as_ref()
                 .and_then(|m| m.get(&l.handle))
                 .is_some_and(|e| e.owner == l.object.as_ptr() as usize);
-            if ours && !only_ours(&l.object) {
+            if ours && !sole_reference(&l.object) {
                 kept.push(l);
                 continue;
             }
@@ -169,7 +169,7 @@ impl Loans {
         }
         drop(map);
         self.loans = kept;
-        self.reclaim_at = self.loans.len() + (self.loans.len() / 16).max(4);
+        self.reclaim_at = self.loans.len().saturating_add((self.loans.len() / 16).max(4));
         Reclaimed { freed: out, hits: std::mem::take(&mut self.hits) }
     }
 
@@ -185,13 +185,6 @@ impl Loans {
 pub struct Reclaimed {
     freed: Vec<(Option<Lent>, Py<PyAny>)>,
     hits: u64,
-}
-
-/// Whether only the pool refers to `object`.
-fn only_ours(object: &Py<PyAny>) -> bool {
-    // SAFETY: `object` is a live object the pool holds a reference to; reading its count
-    // runs no Python.
-    unsafe { pyo3::ffi::Py_REFCNT(object.as_ptr()) == 1 }
 }
 
 /// Drops what [`Loans::reclaim`] returned and counts the hits in `pool`'s stats.
@@ -211,7 +204,7 @@ pub fn finish_orphans(py: Python<'_>, objects: Vec<Py<PyAny>>) {
     let class = names(py).ok().map(|n| n[2].clone_ref(py));
     for object in objects {
         let handle = object.bind(py).getattr("int_ptr").ok().and_then(|h| h.extract::<usize>().ok());
-        if only_ours(&object) || class.is_none() {
+        if sole_reference(&object) || class.is_none() {
             if let Some(h) = handle {
                 drop(remove(h, Some(object.as_ptr() as usize)));
             }

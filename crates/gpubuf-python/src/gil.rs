@@ -13,7 +13,7 @@
 //! pool's `empty` and `zeros` run under `Python::detach`) allocate directly.
 
 use gpubuf::{Allocator, Device, MemoryInfo, Result};
-use pyo3::Python;
+use pyo3::{Py, Python};
 use std::cell::Cell;
 
 thread_local! {
@@ -125,4 +125,12 @@ impl<T> GilCell<T> {
         // releasing the GIL, so no other reference to the value exists while `f` runs.
         f(unsafe { &mut *self.0.get() })
     }
+}
+
+/// Whether `object` has no other reference than the one given here (its count is 1): an
+/// object a cache keeps that nothing else refers to any more.
+pub fn sole_reference<T>(object: &Py<T>) -> bool {
+    // SAFETY: `object` is a live reference, so the object exists; reading its count runs
+    // no Python and needs no more than the object's header.
+    unsafe { pyo3::ffi::Py_REFCNT(object.as_ptr()) == 1 }
 }

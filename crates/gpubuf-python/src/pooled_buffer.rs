@@ -15,7 +15,7 @@ use crate::args::shape_arg;
 use crate::backend::PyBackend;
 use crate::dtype::{parse_dtype, with_dtype, AnyArray, Wrap};
 use crate::errors::{invalid, IntoPy};
-use crate::gil::{GilAllocator, GilCell};
+use crate::gil::{sole_reference, GilAllocator, GilCell};
 use gpubuf::pool::bin_number;
 use gpubuf::{DType, Device, MemoryPool, Order, PooledBuffer};
 use pyo3::prelude::*;
@@ -89,14 +89,11 @@ impl PoolCore {
         let entry = unsafe {
             self.cache.with(py, |c| {
                 let i = c.entries.iter().rposition(|e| e.bin == bin)?;
-                c.hits = c.hits.wrapping_add(1);
                 Some(c.entries.swap_remove(i))
             })
         }?;
         let object = entry.object;
-        // SAFETY: `object` is a live object this cache holds a reference to; reading its
-        // count runs no Python.
-        let alone = unsafe { pyo3::ffi::Py_REFCNT(object.as_ptr()) } == 1;
+        let alone = sole_reference(&object);
         // SAFETY: only the slot's fields change and the block may move out; nothing runs
         // Python or is dropped.
         let out = unsafe {
@@ -112,6 +109,10 @@ impl PoolCore {
                 Ok(s.block.take())
             })
         };
+        if out.is_ok() {
+            // SAFETY: counts a hit.
+            unsafe { self.cache.with(py, |c| c.hits = c.hits.wrapping_add(1)) };
+        }
         match out {
             Ok(None) => Some(Ok(object.into_any())),
             // Another reference to the released object remains: the block goes out in a
