@@ -89,6 +89,9 @@ pub struct Loans {
     reclaim_at: usize,
     /// Requests served by a lent object again since the counters were last read.
     hits: u64,
+    /// The pool stopped holding: nothing is kept, and every object lent from now on gives
+    /// its block back at its own end (the class of [`Loans::stop`]).
+    stopped: bool,
 }
 
 /// Loans scanned for a free object of the request's class before the pool is asked.
@@ -106,6 +109,9 @@ impl Loans {
         bytes: usize,
         stale: &mut Vec<Py<PyAny>>,
     ) -> Option<Py<PyAny>> {
+        if self.stopped {
+            return None;
+        }
         let bin = bin_number(bytes.max(1), bits);
         let mut map = LENT.lock();
         let map = map.get_or_insert_with(HashMap::new);
@@ -139,6 +145,20 @@ impl Loans {
     /// Records `object`, lent with the block of `handle` (size class `bin`).
     pub fn push(&mut self, bin: usize, handle: usize, object: Py<PyAny>) {
         self.loans.push(Loan { bin, handle, object });
+    }
+
+    /// Whether the pool stopped holding ([`Loans::stop`]).
+    pub fn stopped(&self) -> bool {
+        self.stopped
+    }
+
+    /// The pool stops holding: nothing is lent again, and the objects still lent are
+    /// returned, for the caller to give the class whose `__del__` gives their block back
+    /// ([`finish_orphans`], after the cell), as pyopencl's pool frees a block when its
+    /// buffer ends once it stopped holding.
+    pub fn stop(&mut self) -> Vec<Py<PyAny>> {
+        self.stopped = true;
+        self.orphan()
     }
 
     /// Whether a request that the loans did not serve should reclaim first (they outgrew
@@ -195,8 +215,9 @@ pub fn finish_reclaim(pool: &MemoryPool<GilAllocator>, r: Reclaimed) {
     }
 }
 
-/// Gives the objects of an ended pool (from [`Loans::orphan`]) the class whose `__del__`
-/// gives their block back, unless only the pool refers to them (their block goes back now).
+/// Gives the objects of an ended pool (from [`Loans::orphan`]), or of one that stopped
+/// holding ([`Loans::stop`]), the class whose `__del__` gives their block back, unless only
+/// the pool refers to them (their block goes back now).
 pub fn finish_orphans(py: Python<'_>, objects: Vec<Py<PyAny>>) {
     if objects.is_empty() {
         return;
@@ -216,7 +237,8 @@ pub fn finish_orphans(py: Python<'_>, objects: Vec<Py<PyAny>>) {
 }
 
 /// `block` (of `size` bytes asked for; an OpenCL buffer of its own; of size class `bin`)
-/// as a `gpubuf.pyopencl.PooledBuffer` over the block's `cl_mem`, recorded in `loans`.
+/// as a `gpubuf.pyopencl.PooledBuffer` over the block's `cl_mem`, recorded in `loans`;
+/// for a pool that `stopped` holding, of the subclass whose `__del__` gives the block back.
 ///
 /// # Errors
 /// `ImportError` without pyopencl; `DeviceMismatchError` off OpenCL; pyopencl's errors.
@@ -228,12 +250,14 @@ pub fn hand_out(
     device: Device,
     size: usize,
     bin: usize,
+    stopped: bool,
 ) -> PyResult<Py<PyAny>> {
     let handle = crate::pyopencl::cl_mem(block.memory())?;
     if block.offset() != 0 {
         return Err(invalid("a block of a pool for pyopencl starts inside its buffer (not expected)"));
     }
-    let [from_int_ptr, class, ..] = names(py)?;
+    let [from_int_ptr, kept, ended, _] = names(py)?;
+    let class = if stopped { ended } else { kept };
     // pyopencl takes a reference of its own (retain=True): the pool's stays with the block.
     let buf = from_int_ptr.call1(py, (handle, true))?;
     buf.bind(py).setattr("__class__", class.bind(py))?;
@@ -241,7 +265,9 @@ pub fn hand_out(
     // A handle is lent once at a time: nothing is replaced.
     let old = LENT.lock().get_or_insert_with(HashMap::new).insert(handle, entry);
     drop(old);
-    loans(bin, handle, buf.clone_ref(py));
+    if !stopped {
+        loans(bin, handle, buf.clone_ref(py));
+    }
     Ok(buf)
 }
 

@@ -206,9 +206,15 @@ impl PyMemoryPool {
         py.detach(move || pool.free_held());
     }
 
-    /// Frees what is held, and from now on returns freed memory to the device.
+    /// Frees what is held, and from now on returns freed memory to the device: a block
+    /// lent to pyopencl goes back when its buffer object ends (or is released), as in
+    /// pyopencl's pool.
     fn stop_holding(&self, py: Python<'_>) {
         self.reclaim(py);
+        // SAFETY: `stop` sets a flag and moves the loans out; the objects are handled after
+        // `with` returns.
+        let lent = unsafe { self.loans.with(py, Loans::stop) };
+        finish_orphans(py, lent);
         self.core.get().stop_caching(py);
         let pool = self.pool().clone();
         py.detach(move || pool.stop_holding());
@@ -310,10 +316,12 @@ impl PyMemoryPool {
             }
             let block = self.held_or_new(py, bytes)?;
             let bin = gpubuf::pool::bin_number(bytes.max(1), self.bits);
+            // SAFETY: `stopped` reads a flag.
+            let stopped = unsafe { self.loans.with(py, |l| l.stopped()) };
             // SAFETY: `push` moves a loan in; no Python runs and nothing is dropped.
             let record =
                 |bin, handle, object| unsafe { self.loans.with(py, |l| l.push(bin, handle, object)) };
-            return crate::cl_pooled::hand_out(py, record, block, self.device(), bytes, bin);
+            return crate::cl_pooled::hand_out(py, record, block, self.device(), bytes, bin, stopped);
         }
         // A block released from Python first (no lock), then one the pool holds, then the
         // device (after the cache went back to the pool).

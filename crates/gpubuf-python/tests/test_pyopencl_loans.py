@@ -110,6 +110,33 @@ def test_objects_outliving_their_pool_give_their_block_back(queue):
     assert probe.get_info(cl.mem_info.REFERENCE_COUNT) == 1, "the block went back and the pool ended"
 
 
+def test_after_stop_holding_a_buffer_gives_its_block_back_at_its_end(queue):
+    """As pyopencl's pool: once it stopped holding, a block is freed when its buffer
+    object ends, with no later call into the pool needed."""
+    pool = gpubuf.MemoryPool(gpubuf.ImmediateAllocator(queue))
+    before = cl_array.empty(queue, 1000, np.float32, allocator=pool)  # lent while holding
+    pool.allocate(1000)  # dropped at once: its block is held
+    pool.stop_holding()
+    assert (pool.active_blocks, pool.held_blocks) == (1, 0)
+    after = cl_array.empty(queue, 1000, np.float32, allocator=pool)
+    after.fill(2.0)
+    assert (after.get() == 2.0).all()
+    probes = [cl.Buffer.from_int_ptr(a.base_data.int_ptr, retain=True) for a in (before, after)]
+    for p in probes:
+        assert p.get_info(cl.mem_info.REFERENCE_COUNT) == 3  # the pool's, the array's, the probe's
+    del before, after
+    for p in probes:
+        assert p.get_info(cl.mem_info.REFERENCE_COUNT) == 1, "the block went back at the buffer's end"
+    assert pool.active_blocks == pool.held_blocks == 0
+    again = pool.allocate(1000)  # a new object, never one lent before
+    again.release()
+    with pytest.raises(cl.LogicError):
+        again.release()
+    del again
+    gc.collect()
+    assert (pool.active_blocks, pool.managed_bytes) == (0, 0)
+
+
 def test_many_live_objects_and_mixed_sizes(queue):
     pool = gpubuf.MemoryPool(gpubuf.ImmediateAllocator(queue))
     rng = np.random.default_rng(3)

@@ -81,7 +81,8 @@ class PooledBuffer(_cl.Buffer):
 
 
 class _OrphanPooledBuffer(PooledBuffer):
-    """A ``PooledBuffer`` whose pool object is gone: its block goes back at its end."""
+    """A ``PooledBuffer`` whose pool object is gone or stopped holding: its block goes back
+    at its end."""
 
     __slots__ = ()
 
