@@ -8,11 +8,14 @@ typedef unsigned short u16;
 typedef unsigned char u8;
 
 #define DEVICE_FN __device__ __forceinline__
+#define NOINLINE_FN __device__ __noinline__
 #define GLOBAL
 #define LOCAL_VAR __shared__
 #define LOCAL_PTR
 #define RESTRICT __restrict__
 #define UNROLL _Pragma("unroll")
+// The high 32 bits of the 64-bit product of two 32-bit unsigned integers.
+#define MUL_HI(a, b) __umulhi((u32)(a), (u32)(b))
 #define BARRIER() __syncthreads()
 #define GROUP_ID() ((i64)blockIdx.x)
 #define LOCAL_ID() ((int)threadIdx.x)

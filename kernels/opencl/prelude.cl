@@ -14,11 +14,14 @@
 #define u8 uchar
 
 #define DEVICE_FN inline
+#define NOINLINE_FN
 #define GLOBAL __global
 #define LOCAL_VAR __local
 #define LOCAL_PTR __local
 #define RESTRICT
 #define UNROLL
+// The high 32 bits of the 64-bit product of two 32-bit unsigned integers.
+#define MUL_HI(a, b) mul_hi((u32)(a), (u32)(b))
 #define BARRIER() barrier(CLK_LOCAL_MEM_FENCE)
 #define GROUP_ID() ((i64)get_group_id(0))
 #define LOCAL_ID() ((int)get_local_id(0))

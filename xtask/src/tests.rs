@@ -159,6 +159,24 @@ pub fn test_all() -> bool {
     tally.note(format!("hostile inputs (release): {} passed, {} failed", hostile.passed, hostile.failed));
     lap.mark("hostile");
 
+    // The block plan kernel's 64-bit index path, which only blocks reaching past 2^31
+    // elements take: the plan tests again with every block on it (OpenCL, block shape).
+    if probe["opencl"].is_ok() {
+        let mut cmd = Command::new("cargo");
+        cmd.args(["test", "--no-fail-fast", "-p", "gpubuf-testkit", "--features", "opencl,cuda"]);
+        cmd.args(["--test", "plan_shapes", "--test", "plans", "--"]);
+        for s in &skip {
+            cmd.args(["--skip", s]);
+        }
+        cmd.env("GPUBUF_CL_NARROW_INDEX", "0");
+        env(&mut cmd);
+        let (lines, ok) = limited(&mut tally, "wide index", 10, |_| run_tee(&mut cmd));
+        tally.tests("block kernel, 64-bit index", &count(&lines), ok);
+    } else {
+        tally.note("block kernel, 64-bit index: skipped (no OpenCL device)".to_string());
+    }
+    lap.mark("wide index");
+
     limited(&mut tally, "miri", 40, miri::run);
     lap.mark("miri");
     limited(&mut tally, "mpi", 25, mpi::run);

@@ -15,7 +15,7 @@ use crate::backend::OpenClBackend;
 use crate::error::maybe_oom;
 use crate::memory::ClMemory;
 use crate::shape::{chunk_from, kernel_from, prelude, PlanKernel, BLOCK_ELEMS, BLOCK_THREADS, KERNEL_ENV};
-use crate::shape::{CHUNK_ENV, MAX_SLOTS, ROW_UNIT};
+use crate::shape::{narrow_from, CHUNK_ENV, MAX_SLOTS, NARROW_ENV, ROW_UNIT};
 use crate::stream::ClStream;
 use gpubuf_core::encode::{encode, encode_blocks, BlockShape};
 use gpubuf_core::{
@@ -134,6 +134,7 @@ impl OpenClBackend {
             return Ok(p.clone());
         }
         let _span = tracing::debug_span!("opencl.build", slots, kernel = kernel.name()).entered();
+        let mut head = String::new();
         let (chunk, body) = match kernel {
             PlanKernel::Items => (self.chunk()?, PLAN_SOURCE),
             PlanKernel::Blocks => {
@@ -144,11 +145,14 @@ impl OpenClBackend {
                         self.inner.entry.info.name, self.inner.max_group
                     )));
                 }
+                if !narrow_from(std::env::var(NARROW_ENV).ok().as_deref())? {
+                    head.push_str("#define NARROW_REACH 0\n");
+                }
                 (1, PLAN_BLOCKS_SOURCE)
             }
             PlanKernel::Rows => (1, PLAN_ROWS_SOURCE),
         };
-        let src = format!("{}{}", prelude(slots, chunk), body);
+        let src = format!("{}{head}{}", prelude(slots, chunk), body);
         let program = self.build_program(&src)?;
         let kernels = |prefix: &str| -> Result<Vec<Mutex<Kernel>>> {
             [1, 2, 4, 8]

@@ -47,6 +47,6 @@ pub use memory::ClMemory;
 /// The opencl3 crate gpubuf's handles are typed with (the same version).
 pub use opencl3;
 pub use program::{ClArg, UserKernel, UserProgram};
-pub use shape::{prelude, PlanKernel, CHUNK_ENV, KERNEL_ENV, MAX_CHUNK, MAX_SLOTS, ROW_UNIT};
+pub use shape::{prelude, PlanKernel, CHUNK_ENV, KERNEL_ENV, MAX_CHUNK, MAX_SLOTS, NARROW_ENV, ROW_UNIT};
 pub use stream::{ClEvent, ClStream};
 pub use svm::{SvmAllocator, SvmMemory};

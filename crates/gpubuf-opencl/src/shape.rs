@@ -41,6 +41,12 @@ pub const KERNEL_ENV: &str = "GPUBUF_CL_KERNEL";
 /// [`PlanKernel::Items`] kernel on CPU devices.
 pub const CHUNK_ENV: &str = "GPUBUF_CL_CHUNK";
 
+/// Set to `0` (or `off`), the [`PlanKernel::Blocks`] programs built from then on move every
+/// block of a general index (a segment whose blocks cross rows) with 64-bit arithmetic,
+/// the path that blocks reaching past 2^31 elements take; unset, blocks that fit take the
+/// 32-bit one. A test setting: both paths give the same bytes.
+pub const NARROW_ENV: &str = "GPUBUF_CL_NARROW_INDEX";
+
 /// The largest accepted [`CHUNK_ENV`] value (a work-item moving more would leave most of a
 /// CPU device idle on all but huge plans).
 pub const MAX_CHUNK: usize = 1 << 16;
@@ -106,6 +112,17 @@ pub(crate) fn kernel_from(value: Option<&str>) -> Result<Option<PlanKernel>> {
     }
 }
 
+/// Whether the block kernel's 32-bit index path is on, as [`NARROW_ENV`] says: on when unset,
+/// empty, `1` or `on`; off for `0` or `off` (case and surrounding spaces ignored).
+pub(crate) fn narrow_from(value: Option<&str>) -> Result<bool> {
+    let Some(v) = value else { return Ok(true) };
+    match v.trim().to_ascii_lowercase().as_str() {
+        "" | "1" | "on" => Ok(true),
+        "0" | "off" => Ok(false),
+        _ => Err(Error::invalid(format!("{NARROW_ENV}={v:?}: expected 1, on, 0 or off"))),
+    }
+}
+
 /// The chunk [`CHUNK_ENV`] asks for: the default when unset, else an integer in
 /// `1..=MAX_CHUNK`.
 pub(crate) fn chunk_from(value: Option<&str>) -> Result<usize> {
@@ -163,6 +180,22 @@ mod tests {
         assert_eq!(chunk_from(Some(&MAX_CHUNK.to_string())).unwrap(), MAX_CHUNK);
         for bad in ["0", "-1", "", "x", "65537", "18446744073709551615", "99999999999999999999999"] {
             assert!(chunk_from(Some(bad)).is_err(), "{bad:?} is refused");
+        }
+    }
+
+    #[test]
+    fn narrow_setting_is_parsed_or_refused() {
+        for (v, want) in [(None, true), (Some(""), true), (Some(" On "), true), (Some("1"), true)] {
+            assert_eq!(narrow_from(v).unwrap(), want, "{v:?}");
+        }
+        for v in ["0", "OFF", " off "] {
+            assert!(!narrow_from(Some(v)).unwrap(), "{v:?}");
+        }
+        for v in ["2", "no", "wide"] {
+            match narrow_from(Some(v)) {
+                Err(Error::InvalidArgument(m)) => assert!(m.contains(NARROW_ENV), "{m}"),
+                other => panic!("{v:?}: {other:?}"),
+            }
         }
     }
 
