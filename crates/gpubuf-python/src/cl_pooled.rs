@@ -7,8 +7,9 @@
 //! pool still refers to the object (its reference count is 1): a request of the block's
 //! size class then gets the same object again, with no OpenCL call and no Python object
 //! made, and every other block goes back to the pool when the pool looks ([`Loans::reclaim`]:
-//! before its counters are read, before it grows, and as the loans outgrow the live
-//! objects by a sixteenth). An OpenCL runtime launches kernels over a memory object it has
+//! before its counters are read, as the loans outgrow the live objects by a sixteenth, so
+//! the pool grows by at most that much for objects nobody uses, and before a request
+//! fails for want of memory). An OpenCL runtime launches kernels over a memory object it has
 //! seen faster than over a new one, so pyopencl code runs on these blocks as fast as on
 //! pyopencl's own pool. `release()` gives the block back at once
 //! ([`_pyopencl_release`]); a pool that ends while objects are still lent sets their
@@ -273,8 +274,10 @@ pub fn hand_out(
 
 /// ``release()`` of a `gpubuf.pyopencl.PooledBuffer` (and the end of one whose pool
 /// ended): gives its block back to the pool, then releases the object's own reference to
-/// the buffer with pyopencl's ``MemoryObject.release``, so that the object cannot reach the
-/// block after it went back.
+/// the buffer with pyopencl's ``MemoryObject.release``: the object then holds no reference
+/// to the block's buffer, and a second ``release()`` fails. As with pyopencl's own pooled
+/// buffers, a released object must not be used again (pyopencl still passes its old handle
+/// to OpenCL).
 ///
 /// Raises ``InvalidArgumentError`` for any other object, and pyopencl's ``LogicError`` for
 /// one released already (its block went back the first time).

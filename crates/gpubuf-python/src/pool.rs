@@ -314,7 +314,15 @@ impl PyMemoryPool {
             if unsafe { self.loans.with(py, |l| l.due()) } {
                 self.reclaim(py);
             }
-            let block = self.held_or_new(py, bytes)?;
+            // Out of memory (the limit or the device): the blocks of objects dropped since the
+            // pool last looked go back first, and the request is tried once more.
+            let block = match self.held_or_new(py, bytes) {
+                Ok(b) => b,
+                Err(_) => {
+                    self.reclaim(py);
+                    self.held_or_new(py, bytes)?
+                }
+            };
             let bin = gpubuf::pool::bin_number(bytes.max(1), self.bits);
             // SAFETY: `stopped` reads a flag.
             let stopped = unsafe { self.loans.with(py, |l| l.stopped()) };

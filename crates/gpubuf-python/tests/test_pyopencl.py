@@ -168,6 +168,35 @@ def test_arrays_on_gpubufs_pool_are_shared_not_copied(queue):
     assert pool.active_blocks == 0
 
 
+def test_pool_memory_given_to_gpubuf_waits_for_the_arrays_work(queue):
+    """A pool whose queue is not the array's (a DeferredAllocator over the context gets a
+    queue of gpubuf's): the array's pending kernel runs before gpubuf reads the memory."""
+    import threading
+
+    pool = gpubuf.MemoryPool(gpubuf.DeferredAllocator(queue.context))
+    a = cl_array.zeros(queue, 256, np.float32, allocator=pool)
+    queue.finish()
+    gate = cl.UserEvent(queue.context)  # holds the kernel back until set
+    prg = cl.Program(queue.context, "__kernel void set(__global float *a) { a[get_global_id(0)] = 42.0f; }")
+    a.add_event(prg.build().set(queue, a.shape, None, a.data, wait_for=[gate]))
+    threading.Timer(0.2, gate.set_status, args=(cl.command_execution_status.COMPLETE,)).start()
+    g = gpyopencl.to_gpubuf(a)
+    assert (g.to_numpy() == 42.0).all()
+
+
+def test_pool_memory_refuses_a_queue_of_another_context(queue):
+    pool = gpubuf.MemoryPool(gpubuf.ImmediateAllocator(queue))
+    a = cl_array.zeros(queue, 10, np.float32, allocator=pool)
+    other = cl.CommandQueue(cl.Context([queue.device]))
+    for obj in (a, a.base_data):
+        with pytest.raises(gpubuf.DeviceMismatchError):
+            gpyopencl.to_gpubuf(obj, queue=other)
+        with pytest.raises(gpubuf.InvalidArgumentError):
+            gpyopencl.to_gpubuf(obj, queue=42)
+    assert gpyopencl.to_gpubuf(a, queue=queue).shape == (10,)
+    assert gpyopencl.to_gpubuf(a.base_data, queue=queue.context).shape == (40,)
+
+
 def test_bad_input_leaves_the_pool_usable(queue):
     pool = gpubuf.MemoryPool(gpubuf.ImmediateAllocator(queue))
     for bad in (-1, "8", 2.5, 2**70):

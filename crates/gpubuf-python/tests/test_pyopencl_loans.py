@@ -137,6 +137,20 @@ def test_after_stop_holding_a_buffer_gives_its_block_back_at_its_end(queue):
     assert (pool.active_blocks, pool.managed_bytes) == (0, 0)
 
 
+def test_a_request_past_the_limit_takes_back_dropped_objects_first(queue):
+    """Blocks of objects dropped since the pool last looked go back before a request fails
+    for want of memory: the request then succeeds, and the pool stays within its limit."""
+    pool = gpubuf.MemoryPool(gpubuf.ImmediateAllocator(queue), limit=1 << 20)
+    dropped = [pool.allocate(300_000) for _ in range(3)]
+    del dropped
+    b = pool.allocate(600_000)
+    assert b.size >= 600_000
+    assert pool.managed_bytes <= 1 << 20
+    with pytest.raises(gpubuf.OutOfMemoryError):
+        pool.allocate(600_000)  # b is live: no room, whatever is reclaimed
+    assert pool.active_blocks == 1
+
+
 def test_many_live_objects_and_mixed_sizes(queue):
     pool = gpubuf.MemoryPool(gpubuf.ImmediateAllocator(queue))
     rng = np.random.default_rng(3)

@@ -17,8 +17,9 @@ Made from pyopencl objects, gpubuf's allocators and pool work in that very conte
 ``allocator=``), each block an OpenCL buffer of its own of its size class, as in pyopencl's
 pool (handed to pyopencl as a ``pyopencl.Buffer`` over that buffer). The block goes back
 to the pool at ``release()``, or once nothing but the pool refers to the object (the pool
-looks when a request of its size class comes, before it grows, and before its counters
-are read); pyopencl's references to it (an array's ``base_data``) keep it out until then.
+looks when a request of its size class comes, before its counters are read, as its loans
+outgrow the objects in use by a sixteenth, and before a request fails for want of memory);
+pyopencl's references to it (an array's ``base_data``) keep it out until then.
 ``gpubuf.Backend.from_pyopencl(queue_or_context)`` is the OpenCL backend over the same
 context, for gpubuf's own arrays there.
 
@@ -38,6 +39,7 @@ import pyopencl as _cl
 
 from ._gpubuf import (
     DeferredAllocator,
+    DeviceMismatchError,
     ImmediateAllocator,
     InvalidArgumentError,
     MemoryPool,
@@ -102,7 +104,9 @@ def to_gpubuf(obj, queue=None):
 
     Memory from a gpubuf pool (a :class:`PooledBuffer`) is shared with the pool's block,
     which then returns to the pool once the pyopencl buffer and every gpubuf view of it
-    are gone.
+    are gone; the array is then on the pool's device (``queue`` must be of the same
+    context), and the pyopencl array's pending work is waited for first, since the pool's
+    queue need not be the array's.
 
     Raises ``InvalidArgumentError`` for a read-only buffer, strides that are not whole
     elements or a released pooled buffer; ``DeviceMismatchError`` for memory of another
@@ -110,6 +114,7 @@ def to_gpubuf(obj, queue=None):
     import pyopencl.array as cl_array
 
     if isinstance(obj, PooledBuffer):
+        _same_context(queue, obj)
         return _pyopencl_block_array(obj)[:]  # the bytes asked for (obj.size is the block's)
     if isinstance(obj, cl_array.Array):
         owner = queue if queue is not None else (obj.queue if obj.queue is not None else obj.context)
@@ -119,12 +124,28 @@ def to_gpubuf(obj, queue=None):
         if base is None:  # an empty array has no buffer
             raise InvalidArgumentError("an array without memory (size 0) cannot be adopted")
         if isinstance(base, PooledBuffer):
+            _same_context(queue, base)
+            if obj.events:
+                _cl.wait_for_events(obj.events)
             return _strided_view(_pyopencl_block_array(base), list(obj.shape), list(obj.strides), obj.dtype, obj.offset)
         return _adopt_pyopencl(owner, base, list(obj.shape), list(obj.strides), obj.dtype, obj.offset)
     if isinstance(obj, _cl.Buffer):
         owner = queue if queue is not None else obj.context
         return _adopt_pyopencl(owner, obj, [obj.size], [1], "uint8", 0)
     raise InvalidArgumentError(f"to_gpubuf takes a pyopencl.array.Array or pyopencl.Buffer, not {type(obj).__name__}")
+
+
+def _same_context(queue, buf) -> None:
+    """Raises ``DeviceMismatchError`` when ``queue`` (a pyopencl queue or context; None: no
+    check) is of another context than the buffer ``buf``, ``InvalidArgumentError`` when it
+    is neither."""
+    if queue is None:
+        return
+    ctx = queue if isinstance(queue, _cl.Context) else getattr(queue, "context", None)
+    if not isinstance(ctx, _cl.Context):
+        raise InvalidArgumentError("queue is a pyopencl.CommandQueue or pyopencl.Context")
+    if ctx.int_ptr != buf.context.int_ptr:
+        raise DeviceMismatchError("the buffer belongs to another OpenCL context than the queue's")
 
 
 _NAMES = ("MemoryPool", "ImmediateAllocator", "DeferredAllocator")
