@@ -51,7 +51,16 @@ pub fn bytes_arg(obj: &Bound<'_, PyAny>) -> PyResult<usize> {
             return Ok(n);
         }
     }
-    let n: i128 = obj.extract().map_err(|_| crate::errors::invalid("a size in bytes is an int"))?;
+    let py = obj.py();
+    let n: i128 = obj.extract().map_err(|e: PyErr| {
+        if e.is_instance_of::<pyo3::exceptions::PyOverflowError>(py) {
+            crate::errors::invalid("the size is above this machine's address space")
+        } else if e.is_instance_of::<pyo3::exceptions::PyTypeError>(py) {
+            crate::errors::invalid("a size in bytes is an int")
+        } else {
+            e // raised by the object's own `__index__`: the caller's error, kept
+        }
+    })?;
     usize::try_from(n).map_err(|_| {
         crate::errors::invalid(format!("size {n} is negative or above this machine's address space"))
     })

@@ -120,6 +120,21 @@ def test_impossible_and_negative_sizes(backend):
         pool.allocate(2**70)
     with pytest.raises(gpubuf.InvalidArgumentError):
         pool.allocate("10")
+    with pytest.raises(gpubuf.InvalidArgumentError):
+        pool.allocate(2**200)  # past any 128-bit integer too
+
+    class Index:
+        def __init__(self, n):
+            self.n = n
+
+        def __index__(self):
+            if self.n is None:
+                raise RuntimeError("the caller's own error")
+            return self.n
+
+    with pytest.raises(RuntimeError, match="the caller's own error"):
+        pool.allocate(Index(None))  # an error of the size's own __index__ is kept
+    assert pool.allocate(Index(24)).size == 24
     assert pool.active_blocks == 0
     pool.allocate(16).release()
 
