@@ -280,7 +280,9 @@ pub fn hand_out(
 /// to OpenCL).
 ///
 /// Raises ``InvalidArgumentError`` for any other object, and pyopencl's ``LogicError`` for
-/// one released already (its block went back the first time).
+/// one released already (its block went back the first time). An object whose own
+/// reference pyopencl's base class released (`pyopencl.MemoryObject.release(obj)`) still
+/// holds its block, which the pool keeps alive: the first ``release()`` gives it back.
 ///
 /// # Errors
 /// As the docstring says.
@@ -295,11 +297,21 @@ pub fn _pyopencl_release(buf: &Bound<'_, PyAny>) -> PyResult<()> {
         return Err(invalid("not a buffer of a gpubuf pool"));
     }
     let handle = buf.getattr(pyo3::intern!(py, "int_ptr")).ok().and_then(|h| h.extract::<usize>().ok());
-    if let Some(handle) = handle {
-        drop(remove(handle, Some(buf.as_ptr() as usize)));
+    let gave_back = handle.and_then(|h| remove(h, Some(buf.as_ptr() as usize))).is_some();
+    match names[3].call1(py, (buf,)) {
+        // The object's own reference went already, through pyopencl's base class
+        // (`pyopencl.MemoryObject.release(obj)`): its block (which the pool kept alive) has
+        // now gone back, and this first `release()` of gpubuf's succeeds.
+        Err(e) if gave_back && is_logic_error(py, &e) => Ok(()),
+        r => r.map(drop),
     }
-    names[3].call1(py, (buf,))?;
-    Ok(())
+}
+
+/// Whether `e` is pyopencl's `LogicError`.
+fn is_logic_error(py: Python<'_>, e: &PyErr) -> bool {
+    py.import("pyopencl")
+        .and_then(|cl| cl.getattr("LogicError"))
+        .is_ok_and(|t| e.get_type(py).is_subclass(&t).unwrap_or(false))
 }
 
 /// The block a handed-out buffer holds, as a uint8 gpubuf array of the bytes asked for,

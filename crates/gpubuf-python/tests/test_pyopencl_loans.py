@@ -151,6 +151,28 @@ def test_a_request_past_the_limit_takes_back_dropped_objects_first(queue):
     assert pool.active_blocks == 1
 
 
+def test_an_object_released_through_pyopencls_base_class(queue):
+    """pyopencl's own MemoryObject.release called on a lent object drops the object's
+    reference only: the block, which the pool keeps alive, still works wherever the object
+    is lent again, and gpubuf's release() gives it back once."""
+    pool = gpubuf.MemoryPool(gpubuf.ImmediateAllocator(queue))
+    b = pool.allocate(1000)
+    cl.MemoryObject.release(b)
+    del b
+    c = pool.allocate(1000)  # the same object again: only the pool referred to it
+    data = np.arange(250, dtype=np.float32)
+    cl.enqueue_copy(queue, c, data)
+    out = np.empty_like(data)
+    cl.enqueue_copy(queue, out, c)
+    queue.finish()
+    assert (out == data).all()
+    c.release()
+    assert pool.active_blocks == 0
+    with pytest.raises(cl.LogicError):
+        c.release()
+    assert pool.active_blocks == 0 and pool.allocate(1000).size >= 1000
+
+
 def test_many_live_objects_and_mixed_sizes(queue):
     pool = gpubuf.MemoryPool(gpubuf.ImmediateAllocator(queue))
     rng = np.random.default_rng(3)
