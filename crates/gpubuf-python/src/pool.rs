@@ -317,11 +317,12 @@ impl PyMemoryPool {
             // Out of memory (the limit or the device): the blocks of objects dropped since the
             // pool last looked go back first, and the request is tried once more.
             let block = match self.held_or_new(py, bytes) {
-                Ok(b) => b,
-                Err(_) => {
+                // `OutOfMemoryError` is a `MemoryError`.
+                Err(e) if e.is_instance_of::<pyo3::exceptions::PyMemoryError>(py) => {
                     self.reclaim(py);
                     self.held_or_new(py, bytes)?
                 }
+                r => r?,
             };
             let bin = gpubuf::pool::bin_number(bytes.max(1), self.bits);
             // SAFETY: `stopped` reads a flag.

@@ -158,8 +158,10 @@ def test_an_object_released_through_pyopencls_base_class(queue):
     pool = gpubuf.MemoryPool(gpubuf.ImmediateAllocator(queue))
     b = pool.allocate(1000)
     cl.MemoryObject.release(b)
+    lent = id(b)
     del b
-    c = pool.allocate(1000)  # the same object again: only the pool referred to it
+    c = pool.allocate(1000)
+    assert id(c) == lent, "the same object again: only the pool referred to it"
     data = np.arange(250, dtype=np.float32)
     cl.enqueue_copy(queue, c, data)
     out = np.empty_like(data)
