@@ -258,10 +258,15 @@ impl<B: Kernels, T: Element> HaloDataTransformer<B, T> {
                 return Err(Error::ShapeMismatch { expected: spec.shape.clone(), got: q.shape().to_vec() });
             }
             if q.strides() != spec.strides.as_slice() {
+                let bytes = |s: &[isize]| -> Vec<isize> {
+                    s.iter().map(|&e| e.saturating_mul(size as isize)).collect()
+                };
                 return Err(Error::invalid(format!(
-                    "quantity {k} has strides {:?}, its spec {:?}",
+                    "quantity {k} has strides {:?} (elements; {:?} bytes), its spec {:?} ({:?} bytes)",
                     q.strides(),
-                    spec.strides
+                    bytes(q.strides()),
+                    spec.strides,
+                    bytes(&spec.strides)
                 )));
             }
             if !q.backend().same_device(&self.backend) {

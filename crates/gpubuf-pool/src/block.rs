@@ -140,6 +140,29 @@ impl<A: Allocator> PooledBuffer<A> {
     where
         A: 'static,
     {
+        let len = self.len;
+        self.into_buffer_of(backend, len)
+    }
+
+    /// The whole block as a [`Buffer`] ([`PooledBuffer::block_size`] bytes: the request
+    /// and its padding to the size class, all of it the block's own memory); the block
+    /// returns to the pool when the last view of that buffer drops.
+    ///
+    /// # Errors
+    /// As [`PooledBuffer::into_buffer`].
+    pub fn into_block_buffer<B: Backend<Memory = A::Memory>>(self, backend: &B) -> Result<Buffer<B>>
+    where
+        A: 'static,
+    {
+        let len = self.taken.size;
+        self.into_buffer_of(backend, len)
+    }
+
+    /// The block's first `len` bytes (at most its size) as a [`Buffer`].
+    fn into_buffer_of<B: Backend<Memory = A::Memory>>(self, backend: &B, len: usize) -> Result<Buffer<B>>
+    where
+        A: 'static,
+    {
         // SAFETY: `mem` came from `Arc::as_ptr` of the segment's `Arc`, which is alive while
         // this block is active (see the field); adding a strong count first makes the new
         // `Arc` an owner of its own.
@@ -147,7 +170,7 @@ impl<A: Allocator> PooledBuffer<A> {
             Arc::increment_strong_count(self.mem.as_ptr());
             Arc::from_raw(self.mem.as_ptr())
         };
-        let range = self.taken.offset..self.taken.offset + self.len;
+        let range = self.taken.offset..self.taken.offset + len.min(self.taken.size);
         Buffer::from_lease(backend, mem, range, Arc::new(self))
     }
 

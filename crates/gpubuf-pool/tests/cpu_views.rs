@@ -147,3 +147,19 @@ fn backend_operations_inside_a_view_borrow_only_their_bytes() {
     .unwrap();
     assert_eq!(out.to_vec().unwrap(), vec![0.5, 1.0, 1.5, 2.0]);
 }
+
+#[test]
+fn a_block_buffer_spans_the_whole_block_and_frees_it_at_its_end() {
+    let cpu = CpuBackend::new();
+    let pool = MemoryPool::new(cpu.clone());
+    let block = pool.allocate(100).unwrap();
+    let whole = block.block_size();
+    assert!(whole > 100, "a request of 100 bytes is padded to its size class: {whole}");
+    let buf = block.into_block_buffer(&cpu).unwrap();
+    assert_eq!(buf.len(), whole);
+    assert_eq!(pool.active_blocks(), 1);
+    drop(buf);
+    assert_eq!(pool.active_blocks(), 0);
+    let asked = pool.allocate(100).unwrap().into_buffer(&cpu).unwrap();
+    assert_eq!(asked.len(), 100);
+}

@@ -35,8 +35,8 @@ use std::collections::HashMap;
 enum Lent {
     /// The block, its device and the bytes asked for.
     Block(PooledBuffer<GilAllocator>, Device, usize),
-    /// The block as a uint8 array of the bytes asked for.
-    Array(AnyArray),
+    /// The whole block as a uint8 array, and the bytes asked for.
+    Array(AnyArray, usize),
 }
 
 /// A block on loan and the address of the object it is lent to.
@@ -194,10 +194,39 @@ impl Loans {
         Reclaimed { freed: out, hits: std::mem::take(&mut self.hits) }
     }
 
+    /// The objects lent, for the garbage collector: a cycle through one of them and the
+    /// pool (an attribute of the buffer naming the pool) is then found and freed.
+    pub fn objects(&self) -> impl Iterator<Item = &Py<PyAny>> {
+        self.loans.iter().map(|l| &l.object)
+    }
+
     /// The pool ends: the objects still in use get the class whose `__del__` gives their
     /// block back; returns every object, for the caller to drop after the cell.
     pub fn orphan(&mut self) -> Vec<Py<PyAny>> {
         self.loans.drain(..).map(|l| l.object).collect()
+    }
+}
+
+/// Clears the attributes a previous borrower set on an object lent again, so that every
+/// request gets an object as fresh as pyopencl's (a new object for every request). The
+/// object's dictionary is made once (if it had none) and kept, so a reuse pays a lookup
+/// and a size check.
+pub fn forget_attributes(object: &Bound<'_, PyAny>) {
+    use pyo3::ffi;
+    // SAFETY: a live object, the GIL held; `PyObject_GenericGetDict` returns a new
+    // reference to the instance dictionary (made if missing), or NULL with an exception
+    // set (an object without one: nothing to forget), which is cleared; the reference is
+    // released once. Clearing may run Python code (values' finalizers): no cell is held.
+    unsafe {
+        let d = ffi::PyObject_GenericGetDict(object.as_ptr(), std::ptr::null_mut());
+        if d.is_null() {
+            ffi::PyErr_Clear();
+            return;
+        }
+        if ffi::PyDict_Size(d) > 0 {
+            ffi::PyDict_Clear(d);
+        }
+        ffi::Py_DECREF(d);
     }
 }
 
@@ -314,8 +343,9 @@ fn is_logic_error(py: Python<'_>, e: &PyErr) -> bool {
         .is_ok_and(|t| e.get_type(py).is_subclass(&t).unwrap_or(false))
 }
 
-/// The block a handed-out buffer holds, as a uint8 gpubuf array of the bytes asked for,
-/// sharing its memory (the first call turns the block into that array).
+/// The block a handed-out buffer holds, as a uint8 gpubuf array of the whole block (the
+/// buffer's ``size``: the request padded to its size class), sharing its memory, and the
+/// bytes asked for (the first call turns the block into that array).
 ///
 /// Raises ``InvalidArgumentError`` for a buffer that holds no block of a gpubuf pool
 /// (released, or not one of these).
@@ -323,23 +353,27 @@ fn is_logic_error(py: Python<'_>, e: &PyErr) -> bool {
 /// # Errors
 /// As the docstring says.
 #[pyfunction]
-pub fn _pyopencl_block_array(buf: &Bound<'_, PyAny>) -> PyResult<AnyArray> {
+pub fn _pyopencl_block_array(buf: &Bound<'_, PyAny>) -> PyResult<(AnyArray, usize)> {
     let handle = crate::pyopencl::buffer_handle(buf)?;
     let owner = buf.as_ptr() as usize;
     let no_block = || invalid("the buffer holds no block of a gpubuf pool (or was released)");
     let lent = remove(handle, Some(owner)).ok_or_else(no_block)?;
     // `into_buffer` fails only for a backend of another memory type, which the pool's own
     // device never is.
-    let array = match lent {
-        Lent::Array(a) => a,
-        Lent::Block(block, device, size) => block
-            .into_buffer(&device)
-            .and_then(|b| NDBuffer::<Device, u8>::from_buffer(b, &[size], Order::C))
-            .map(u8::wrap)
-            .py()?,
+    let (array, asked) = match lent {
+        Lent::Array(a, asked) => (a, asked),
+        Lent::Block(block, device, asked) => {
+            let whole = block.block_size();
+            let array = block
+                .into_block_buffer(&device)
+                .and_then(|b| NDBuffer::<Device, u8>::from_buffer(b, &[whole], Order::C))
+                .map(u8::wrap)
+                .py()?;
+            (array, asked)
+        }
     };
-    let entry = Entry { lent: Lent::Array(array.clone()), owner };
+    let entry = Entry { lent: Lent::Array(array.clone(), asked), owner };
     let old = LENT.lock().get_or_insert_with(HashMap::new).insert(handle, entry);
     drop(old);
-    Ok(array)
+    Ok((array, asked))
 }

@@ -112,12 +112,26 @@ impl<T> GilCell<T> {
         self.0.get_mut()
     }
 
+    /// The value, read by a garbage-collector traversal (`__traverse__`, which gets no
+    /// [`Python`] token).
+    ///
+    /// # Safety
+    /// - The GIL is held (the collector holds it while it traverses).
+    /// - No [`GilCell::with`] closure of this cell is running: the collector starts only
+    ///   when a Python object is made, which such closures never do (see `with`).
+    pub unsafe fn peek(&self) -> &T {
+        // SAFETY: no mutable reference exists meanwhile (the caller's promises).
+        unsafe { &*self.0.get() }
+    }
+
     /// Runs `f` on the value with the GIL held (`_py`).
     ///
     /// # Safety
     /// - `f` must not run Python code (no calls into Python objects, no Python
     ///   exceptions built, no `Python::attach`) and must not release the GIL: either could
-    ///   let another thread, or this one again, into the cell while `f` holds it.
+    ///   let another thread, or this one again, into the cell while `f` holds it. Making a
+    ///   Python object counts as running Python code (it may start the garbage collector,
+    ///   which reads the cell through [`GilCell::peek`]).
     /// - `f` must not drop a value whose destructor does either; move such values out
     ///   and drop them after `with` returns.
     pub unsafe fn with<R>(&self, _py: Python<'_>, f: impl FnOnce(&mut T) -> R) -> R {

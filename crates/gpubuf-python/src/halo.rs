@@ -78,11 +78,12 @@ impl PyQuantityHaloSpec {
         numpy_module: Option<Py<PyAny>>,
         dtype: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
-        let dtype = dtype.map_or(Ok(DType::F64), parse_dtype)?;
-        let itemsize =
-            usize::try_from(itemsize).map_err(|_| invalid(format!("itemsize {itemsize} is negative")))?;
-        let n_points =
-            usize::try_from(n_points).map_err(|_| invalid(format!("n_points {n_points} is negative")))?;
+        // None (pace's default too): float64.
+        let dtype = dtype.filter(|d| !d.is_none()).map_or(Ok(DType::F64), parse_dtype)?;
+        let itemsize = usize::try_from(itemsize)
+            .map_err(|_| invalid(format!("itemsize {itemsize} is negative or too large")))?;
+        let n_points = usize::try_from(n_points)
+            .map_err(|_| invalid(format!("n_points {n_points} is negative or too large")))?;
         let byte_strides: Vec<isize> =
             strides.extract().map_err(|_| invalid("strides is a sequence of ints (bytes)"))?;
         let (shape, origin, extent) =

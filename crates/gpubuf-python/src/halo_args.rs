@@ -11,7 +11,7 @@
 //! otherwise. The cache holds a reference to each array (so an object's address cannot be
 //! taken by another object meanwhile) until a call without it, or `finalize()`.
 
-use crate::dtype::AnyArray;
+use crate::dtype::{dispatch, AnyArray};
 use crate::errors::invalid;
 use crate::halo_source::{check_disjoint, numpy_quantity, source_on, Source};
 use crate::numpy_mem::{data_ptr, writeable};
@@ -56,6 +56,28 @@ pub(crate) struct Adopted {
 /// The adopted numpy arrays of the last call (see the module docs): gpubuf-halo's
 /// [`AdoptionCache`], keyed by [`Fingerprint`].
 pub(crate) type AdoptCache = AdoptionCache<Fingerprint, Adopted>;
+
+/// An uploaded numpy array's device copy has the strides of a contiguous array, which the
+/// transformer checks against the spec: the numpy array itself must have them too (on
+/// every axis longer than one), or the spec would be checked against strides it does not
+/// describe.
+///
+/// # Errors
+/// `InvalidArgumentError` when they differ.
+fn same_strides(arr: &Bound<'_, PyUntypedArray>, copy: &AnyArray) -> PyResult<()> {
+    let (elem, size) = dispatch!(copy, nd => (nd.strides().to_vec(), nd.dtype().size()));
+    let bytes: Vec<isize> = elem.iter().map(|&s| s.saturating_mul(size as isize)).collect();
+    let differ = arr.shape().iter().zip(arr.strides()).zip(&bytes).any(|((&n, &a), &c)| n > 1 && a != c);
+    if differ {
+        return Err(invalid(format!(
+            "a numpy quantity with byte strides {:?} is copied to the device for the call, with byte strides {:?}: \
+             pass the array with its spec's strides (contiguous), or an NDBuffer",
+            arr.strides(),
+            bytes
+        )));
+    }
+    Ok(())
+}
 
 /// The quantities of one call: each distinct array once, the specs' arrays as indices
 /// into them, and the numpy arrays that were uploaded (to write an unpack back into).
@@ -128,7 +150,10 @@ pub(crate) fn quantities<'py>(
                                 None => {
                                     let (array, back) = numpy_quantity(&arr, device, dtype)?;
                                     match back {
-                                        Some(b) => uploaded.push((b, array.clone())),
+                                        Some(b) => {
+                                            same_strides(&arr, &array)?;
+                                            uploaded.push((b, array.clone()))
+                                        }
                                         None => {
                                             let adopted = Adopted {
                                                 _obj: arr.clone().unbind(),

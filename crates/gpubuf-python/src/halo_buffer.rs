@@ -12,7 +12,9 @@
 //!   `receive`), and hands it out; once handed out the mirror is the buffer's data, and the
 //!   transformer uploads it before it reads the buffer (an unpack, `loopback`). The same
 //!   numpy array object is returned each time, so a reference taken before a receive (MPI's
-//!   `Irecv`) is the one uploaded.
+//!   `Irecv`) is the one uploaded. Handing out `ndbuffer` (the device array) makes the
+//!   device the buffer's data again: the mirror is uploaded first, then refreshed from the
+//!   device at the next `.array`.
 
 use crate::dtype::{parse_dtype, AnyArray};
 use crate::errors::{invalid, to_py};
@@ -127,19 +129,21 @@ impl PyHaloBuffer {
         Ok(host)
     }
 
-    /// The key of `buffer_slice` (None: the whole buffer) and the number of elements it
-    /// selects.
+    /// The key of `buffer_slice` (None: the whole buffer), the shape of what it selects
+    /// (none for an integer) and its number of elements.
     fn region<'py>(
         &self,
         py: Python<'py>,
         key: Option<&Bound<'py, PyAny>>,
-    ) -> PyResult<(Bound<'py, PyAny>, usize)> {
+    ) -> PyResult<(Bound<'py, PyAny>, Vec<usize>, usize)> {
         let key = match key {
             Some(k) if !k.is_none() => k.clone(),
             _ => PySlice::full(py).into_any(),
         };
         let view = crate::region::get(&self.nd.get().array, &key)?;
-        Ok((key, view.shape().iter().product()))
+        let shape = view.shape().to_vec();
+        let n = shape.iter().product();
+        Ok((key, shape, n))
     }
 
     /// The element type and shape of an array argument, checked against this buffer's
@@ -211,7 +215,7 @@ impl PyHaloBuffer {
         buffer_slice: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
         let shape = self.check_array(source, "assign_from's source")?;
-        let (key, n) = self.region(py, buffer_slice)?;
+        let (key, region, n) = self.region(py, buffer_slice)?;
         let got: usize = shape.iter().product();
         if got != n {
             return Err(shape_error(vec![n], shape));
@@ -228,6 +232,12 @@ impl PyHaloBuffer {
         } else {
             let np = py.import("numpy")?;
             np.call_method1("asarray", (source,))?.call_method1("reshape", (n,))?
+        };
+        // The region's own shape (0-d for an integer key), on every path alike.
+        let flat = if region.len() == 1 {
+            flat
+        } else {
+            flat.call_method1("reshape", (PyTuple::new(py, &region)?,))?
         };
         if self.place == Place::Mirrored {
             let m = self.lock()?;
@@ -257,7 +267,7 @@ impl PyHaloBuffer {
         let py = slf.py();
         let this = slf.get();
         let dest_shape = this.check_array(destination_array, "assign_to's destination")?;
-        let (key, n) = this.region(py, buffer_slice)?;
+        let (key, _, n) = this.region(py, buffer_slice)?;
         let dest_n: usize = dest_shape.iter().product();
         if let Some(r) = buffer_reshape.filter(|r| !r.is_none()) {
             let r: Vec<usize> =
@@ -348,10 +358,15 @@ impl PyHaloBuffer {
     }
 
     /// The buffer as a 1-d ``gpubuf.NDBuffer`` on the transformer's device (the mirror
-    /// uploaded first when it holds the data).
+    /// uploaded first when it holds the data). Handing it out makes the device array the
+    /// buffer's data again, as ``array`` makes the mirror: what is written through it is
+    /// what the next unpack reads, and the next ``array`` refreshes the mirror from it.
     #[getter]
     fn ndbuffer(&self, py: Python<'_>) -> PyResult<Py<PyNDBuffer>> {
         self.flush(py)?;
+        if self.place == Place::Mirrored {
+            self.device_written()?;
+        }
         Ok(self.nd.clone_ref(py))
     }
 

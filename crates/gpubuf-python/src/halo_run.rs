@@ -13,6 +13,7 @@ use crate::halo_buffer::PyHaloBuffer;
 use crate::halo_device::{backend_arg, default_backend, device_for, set_default_backend};
 use crate::halo_source::buffer_array;
 use crate::ndbuffer::PyNDBuffer;
+use crate::numpy_mem::writeable;
 use gpubuf::{DType, Device, HaloDataTransformer, NDBuffer};
 use numpy::{PyUntypedArray, PyUntypedArrayMethods};
 use parking_lot::Mutex;
@@ -355,6 +356,13 @@ impl PyHaloDataTransformer {
         quantities_y: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
         let q = self.quantities(quantities_x, quantities_y)?;
+        // Refused before anything runs: the other quantities would be written already.
+        for (target, _) in &q.uploaded {
+            let read_only = target.bind(py).cast::<PyUntypedArray>().is_ok_and(|a| !writeable(a));
+            if read_only {
+                return Err(invalid("a quantity is a read-only numpy array: nothing was unpacked"));
+            }
+        }
         self.flush(py, UNPACK)?;
         self.launch(py, &q, false)?;
         if q.uploaded.is_empty() {
@@ -447,9 +455,13 @@ impl PyHaloDataTransformer {
 
     /// Waits for queued work and releases both buffers, and the arrays of the last call.
     fn finalize(&self, py: Python<'_>) -> PyResult<()> {
+        // Taken before the GIL is released and never waited for: another thread may hold
+        // it with the GIL released (adopting its arrays), and would wait for the GIL.
+        let mut cache =
+            self.cache.try_lock().ok_or_else(|| invalid("the transformer is in use on another thread"))?;
         self.run(py, |t| tdispatch!(t, t => t.finalize().py()))?;
         self.in_flight.lock().clear();
-        self.cache.lock().clear();
+        cache.clear();
         *self.buffers.lock() = [None, None];
         Ok(())
     }

@@ -247,8 +247,11 @@ class Mirror(np.ndarray):
     their range and ``sync()`` uploads exactly it. ``device`` is the device array, a
     ``gpubuf.NDBuffer``. Views of a mirror are mirrors of the same data; results of
     arithmetic are plain numpy arrays. Writes that bypass the array (through
-    ``m.view(numpy.ndarray)``, ``m.flat``, ``m.ctypes`` or a buffer export) are not seen:
-    call ``mark_dirty()`` after them."""
+    ``m.view(numpy.ndarray)``, ``m.flat``, ``m.ctypes``, a buffer export, or the ``out=``
+    of another array's method that numpy runs without asking the mirror: ``a.take(i,
+    out=m)``, ``a.dot(b, out=m)``, ``compress``, ``choose``, ``argmax``, ``argmin``) are
+    not seen: call ``mark_dirty()`` after them. ``copy.copy`` and ``copy.deepcopy`` give
+    what pickling gives."""
 
     def __new__(cls, data, backend=None, policy="hull"):
         host = np.array(data, order="C", copy=True)
@@ -396,6 +399,21 @@ class Mirror(np.ndarray):
 
     def __reduce_ex__(self, protocol):
         return self.__reduce__()
+
+    def __copy__(self):
+        """``copy.copy``: what pickling gives (a new mirror of a copy of the data, its
+        unsynced ranges pending), on the same backend."""
+        made, args, *state = self.__reduce__()
+        if made is Mirror:
+            args = (args[0], self._core.backend, args[2])
+        obj = made(*args)
+        if state:
+            obj.__setstate__(state[0])
+        return obj
+
+    def __deepcopy__(self, memo):
+        """``copy.deepcopy``: as ``copy.copy``."""
+        return self.__copy__()
 
     def __setstate__(self, state):
         for start, stop in state.get("pending", ()):

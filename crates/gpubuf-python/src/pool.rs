@@ -14,6 +14,7 @@ use gpubuf::pool::{alloc_size, bin_number, Limit, PoolConfig, GRANULE};
 use gpubuf::{DType, Device, MemoryPool, Order};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
+use pyo3::{PyTraverseError, PyVisit};
 
 /// A limit: None, an int (bytes) or a float in (0, 1] (a fraction of the device's memory).
 fn limit_arg(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Limit>> {
@@ -236,6 +237,15 @@ impl PyMemoryPool {
         PyBackend::new(self.pool().allocator().device.clone())
     }
 
+    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        // SAFETY: the collector holds the GIL, and runs only where a Python object is made,
+        // which no `with` closure of this cell does.
+        for object in unsafe { self.loans.peek() }.objects() {
+            visit.call(object)?;
+        }
+        Ok(())
+    }
+
     fn __repr__(&self, py: Python<'_>) -> String {
         self.settle(py);
         let pool = self.pool();
@@ -308,6 +318,7 @@ impl PyMemoryPool {
             let lent = unsafe { self.loans.with(py, |l| l.take(py, self.bits, bytes, &mut stale)) };
             drop(stale);
             if let Some(object) = lent {
+                crate::cl_pooled::forget_attributes(object.bind(py));
                 return Ok(object);
             }
             // SAFETY: reads two numbers.

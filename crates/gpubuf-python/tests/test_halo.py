@@ -180,6 +180,88 @@ def test_readonly_array_packs_and_refuses_unpack(backend):
     np.testing.assert_array_equal(a, field((9, 9), 10))
 
 
+def test_a_failed_unpack_writes_no_quantity(backend):
+    # The read-only array is refused before the unpack runs: the writeable one, which the
+    # unpack would write first, keeps its halo.
+    dims = (X, Y)
+    a, b = field((9, 9), 12), field((9, 9), 13)
+    b.setflags(write=False)
+    q = qspec(a, dims)
+    s = gpubuf.HaloExchangeSpec(q, (slice(2, 4), slice(2, 7)), 0, (slice(0, 2), slice(2, 7)))
+    s2 = gpubuf.HaloExchangeSpec(q, np.index_exp[5:7, 2:7], 0, np.index_exp[7:9, 2:7])
+    t = gpubuf.HaloDataTransformer.get(np, [s, s2], backend=backend)
+    t.receive(np.full(20, 5.0))
+    with pytest.raises(gpubuf.InvalidArgumentError, match="read-only"):
+        t.async_unpack([a, b])
+    np.testing.assert_array_equal(a, field((9, 9), 12))
+    np.testing.assert_array_equal(b, field((9, 9), 13))
+    b = b.copy()  # still usable: the received data unpacks
+    t.async_unpack([a, b])
+    assert (a[0:2, 2:7] == 5.0).all() and (b[7:9, 2:7] == 5.0).all()
+
+
+def test_strides_unlike_the_spec_are_refused_on_every_backend(backend):
+    # A strided view of the spec's shape: adopted with its strides on the CPU, copied
+    # contiguous elsewhere; refused on both, its strides being unlike the spec's.
+    dims = (X, Y)
+    a = field((9, 9), 14)
+    q = qspec(a, dims)
+    s = gpubuf.HaloExchangeSpec(q, (slice(2, 4), slice(2, 7)), 0, (slice(0, 2), slice(2, 7)))
+    t = gpubuf.HaloDataTransformer.get(np, [s], backend=backend)
+    view = field((9, 18), 15)[:, ::2]
+    with pytest.raises(gpubuf.InvalidArgumentError, match="byte"):
+        t.async_pack([view])
+    ro = view.copy()
+    ro.setflags(write=False)  # copied on every backend, with the spec's strides: taken
+    t.async_pack([ro])
+    np.testing.assert_array_equal(t.get_pack_buffer().to_numpy(), ro[2:4, 2:7].ravel())
+
+
+def test_buffer_written_through_its_ndbuffer_is_what_unpacks(backend):
+    dims = (X, Y)
+    a = field((9, 9), 16)
+    q = qspec(a, dims)
+    s = gpubuf.HaloExchangeSpec(q, (slice(2, 4), slice(2, 7)), 0, (slice(0, 2), slice(2, 7)))
+    t = gpubuf.HaloDataTransformer.get(np, [s], backend=backend)
+    ub = t.get_unpack_buffer()
+    ub.array[...] = 1.0  # the mirror on OpenCL, the buffer itself on the CPU
+    ub.ndbuffer.fill(7.0)
+    np.testing.assert_array_equal(ub.to_numpy(), np.full(10, 7.0))
+    np.testing.assert_array_equal(ub.array, np.full(10, 7.0))
+    t.async_unpack([a])
+    assert (a[0:2, 2:7] == 7.0).all()
+    ub.array[...] = 2.0  # the mirror holds the data again
+    t.async_unpack([a])
+    assert (a[0:2, 2:7] == 2.0).all()
+
+
+def test_assign_from_an_integer_slice(backend):
+    dims = (X, Y)
+    a = field((9, 9), 17)
+    q = qspec(a, dims)
+    s = gpubuf.HaloExchangeSpec(q, (slice(2, 4), slice(2, 7)), 0, (slice(0, 2), slice(2, 7)))
+    t = gpubuf.HaloDataTransformer.get(np, [s], backend=backend)
+    b = t.get_unpack_buffer()
+    for taken in (False, True):
+        if taken:
+            b.array  # noqa: B018  (on OpenCL the mirror then holds the data)
+        b.assign_from(np.array([3.0 + taken]), 2)
+        b.assign_from(np.float64(5.0 + taken), -1)
+        got = b.to_numpy()
+        assert got[2] == 3.0 + taken and got[-1] == 5.0 + taken
+        with pytest.raises(gpubuf.ShapeMismatchError):
+            b.assign_from(np.array([1.0, 2.0]), 2)
+
+
+def test_spec_numbers_past_any_size_say_so():
+    u = np.zeros((9, 9))
+    for n in (2**64, -1):
+        with pytest.raises(gpubuf.InvalidArgumentError, match="negative or too large"):
+            gpubuf.QuantityHaloSpec(n, u.strides, 8, u.shape, (2, 2), (5, 5), (X, Y))
+        with pytest.raises(gpubuf.InvalidArgumentError, match="negative or too large"):
+            gpubuf.QuantityHaloSpec(2, u.strides, n, u.shape, (2, 2), (5, 5), (X, Y))
+
+
 def test_errors_are_python_exceptions(cpu):
     dims = (X, Y)
     a = field((9, 9), 7)

@@ -112,3 +112,55 @@ def test_one_array_behind_several_objects(cpu):
         np.testing.assert_array_equal(a[7:9, 2:7].ravel(), np.arange(10.0, 20.0))
         # Replaced contents between calls are seen.
         a[:] = np.random.default_rng(4).standard_normal((9, 9))
+
+
+FINALIZE_RACE = r"""
+import sys, threading, time
+import numpy as np
+import gpubuf
+
+backend = gpubuf.Backend(sys.argv[1])
+n = 1500
+u = np.random.default_rng(0).random((n, n, 2))
+u.flags.writeable = False  # copied to the device (not adopted), with the GIL released
+q = gpubuf.QuantityHaloSpec(2, u.strides, 8, u.shape, (2, 2, 0), (n - 4, n - 4, 2), ("x", "y", "z"), np, u.dtype)
+s = gpubuf.HaloExchangeSpec(q, np.index_exp[2:4, 2:n - 2, 0:2], 0, np.index_exp[0:2, 2:n - 2, 0:2])
+outcomes = set()
+for attempt in range(4):
+    t = gpubuf.HaloDataTransformer.get(np, [s], backend=backend)
+    started = threading.Event()
+
+    def pack():
+        started.set()
+        try:
+            t.async_pack([u])
+            outcomes.add("packed")
+        except gpubuf.InvalidArgumentError:
+            outcomes.add("pack refused")
+
+    th = threading.Thread(target=pack)
+    th.start()
+    started.wait()
+    time.sleep(0.005)
+    try:
+        t.finalize()
+        outcomes.add("finalized")
+    except gpubuf.InvalidArgumentError:
+        outcomes.add("finalize refused")
+    th.join()
+    t.finalize()
+    assert not t.ready()
+print(sorted(outcomes))
+"""
+
+
+def test_finalize_while_another_thread_adopts_is_refused_not_a_hang(backend):
+    # finalize() waited for the adoption cache while the other thread, holding it with
+    # the GIL released, waited for the GIL: the process hung. One of the two is refused.
+    import subprocess
+    import sys
+
+    name = backend.name
+    r = subprocess.run([sys.executable, "-c", FINALIZE_RACE, name], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert "finalize" in r.stdout, r.stdout

@@ -174,3 +174,23 @@ def test_pickling_keeps_the_tracking(backend):
     assert type(strided) is gpubuf.Mirror and strided.tolist() == [1.0, 50.0, 9.0]
     with pytest.raises(ValueError):
         m.resize((4, 3))
+
+
+def test_copy_and_deepcopy_keep_the_tracking(backend):
+    import copy
+
+    m = gpubuf.Mirror(np.arange(12, dtype=np.float32).reshape(3, 4), backend, policy="exact")
+    m.sync()
+    m[1, 1] = 50.0
+    for c in (copy.copy(m), copy.deepcopy(m), copy.deepcopy([m])[0]):
+        assert type(c) is gpubuf.Mirror and c.pending_ranges == m.pending_ranges
+        assert c.device.backend.name == backend.name
+        np.testing.assert_array_equal(c.view(np.ndarray), m.view(np.ndarray))
+        c[0, 0] = -1.0  # tracked, and its own data
+        assert c.pending_ranges[0] == (0, 4) and m[0, 0] == 0.0
+        c.sync()
+        np.testing.assert_array_equal(device(c), c.view(np.ndarray))
+    row = copy.copy(m[1])
+    assert type(row) is gpubuf.Mirror and row.pending_ranges == [(4, 8)]
+    plain = copy.copy(np.asarray(m).view(gpubuf.Mirror))  # no mirror's data: plain numpy
+    assert type(plain) is np.ndarray

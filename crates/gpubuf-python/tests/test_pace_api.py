@@ -196,6 +196,24 @@ def test_default_backend(backend):
         gpubuf.halo.HaloDataTransformer.get(object(), [ex])
 
 
+def test_pace_spec_without_a_dtype_is_float64(backend):
+    # pace's dataclass defaults nothing, but its transformer takes dtype=None (numpy's
+    # float64), as gpubuf's own spec does.
+    hdt = pace_util().halo_data_transformer
+    u, ex = west_exchange(hdt)
+    spec = ex.specification
+    plain = hdt.QuantityHaloSpec(
+        spec.n_points, spec.strides, spec.itemsize, spec.shape, spec.origin, spec.extent, spec.dims, np, None
+    )
+    untyped = hdt.HaloExchangeSpec(plain, ex.pack_slices, ex.pack_clockwise_rotation, ex.unpack_slices)
+    t = gpubuf.halo.HaloDataTransformer.get(np, [untyped], backend=backend)
+    assert t.dtype == np.float64
+    ref = gpubuf.halo.HaloDataTransformer.get(np, [ex], backend=backend)  # dtype float64
+    t.async_pack([u])
+    ref.async_pack([u])
+    np.testing.assert_array_equal(t.get_pack_buffer().to_numpy(), ref.get_pack_buffer().to_numpy())
+
+
 def test_install_uninstall_restores():
     pace = pace_util()
     hdt, pbuf = pace.halo_data_transformer, pace.buffer
@@ -224,6 +242,25 @@ def test_install_uninstall_restores():
     assert hdt.HaloDataTransformer.__dict__["get"] is get
     u, ex = west_exchange(hdt)
     assert not isinstance(hdt.HaloDataTransformer.get(np, [ex]), gpubuf.HaloDataTransformer)
+
+
+def test_installed_restores_after_an_uninstall_inside_its_block():
+    pace = pace_util()
+    get = pace.halo_data_transformer.HaloDataTransformer.__dict__["get"]
+    cpu = gpubuf.Backend("cpu")
+    gpubuf.pace.install(cpu)
+    try:
+        with gpubuf.pace.installed(None):
+            gpubuf.pace.uninstall()
+        # As before the block: installed, on the backend installed then.
+        assert gpubuf.pace.is_installed()
+        assert gpubuf.pace._state["backend"] is cpu
+    finally:
+        gpubuf.pace.uninstall()
+    with gpubuf.pace.installed("cpu"):
+        gpubuf.pace.uninstall()
+    assert not gpubuf.pace.is_installed()
+    assert pace.halo_data_transformer.HaloDataTransformer.__dict__["get"] is get
 
 
 def cube_exchange(pace, vector, seed):

@@ -168,6 +168,26 @@ def test_arrays_on_gpubufs_pool_are_shared_not_copied(queue):
     assert pool.active_blocks == 0
 
 
+def test_an_array_over_the_whole_block_is_adopted(queue):
+    # pyopencl bounds an array by the buffer's size, the whole block (a request of 100
+    # bytes gets 256): so does to_gpubuf; the buffer itself stays the bytes asked for.
+    pool = gpubuf.MemoryPool(gpubuf.ImmediateAllocator(queue))
+    buf = pool(100)
+    assert buf.size == 256
+    a = cl_array.Array(queue, 64, np.float32, data=buf)
+    a.fill(1.0)
+    queue.finish()
+    g = gpyopencl.to_gpubuf(a)
+    assert g.shape == (64,) and (g.to_numpy() == 1.0).all()
+    assert gpyopencl.to_gpubuf(buf).shape == (100,)
+    past = cl_array.Array(queue, 65, np.float32, data=buf)  # 4 bytes past the block
+    with pytest.raises(gpubuf.OutOfBoundsError):
+        gpyopencl.to_gpubuf(past)
+    del a, past, g, buf
+    gc.collect()
+    assert pool.active_blocks == 0
+
+
 def test_pool_memory_given_to_gpubuf_waits_for_the_arrays_work(queue):
     """A pool whose queue is not the array's (a DeferredAllocator over the context gets a
     queue of gpubuf's): the array's pending kernel runs before gpubuf reads the memory."""
@@ -215,7 +235,7 @@ def test_bad_input_leaves_the_pool_usable(queue):
     with pytest.raises(gpubuf.InvalidArgumentError):
         gpyopencl.to_gpubuf(held)  # released
     with pytest.raises(gpubuf.OutOfBoundsError):
-        gpubuf._gpubuf._strided_view(gpyopencl.to_gpubuf(buf_of(pool)), [100], [1], "uint8", 0)  # past the block
+        gpubuf._gpubuf._strided_view(gpyopencl.to_gpubuf(buf_of(pool)), [257], [1], "uint8", 0)  # past the block (256 bytes)
     with pytest.raises(gpubuf.InvalidArgumentError):
         gpubuf._gpubuf._strided_view(gpyopencl.to_gpubuf(buf_of(pool)), [4], [3], "float32", 0)  # not whole elements
     released = cl.CommandQueue(queue.context)

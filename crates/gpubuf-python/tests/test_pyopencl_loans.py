@@ -242,3 +242,29 @@ def test_a_pool_ending_while_an_error_is_raised_keeps_the_error(queue):
     with pytest.raises(gpubuf.GpubufError):
         a.set_region((slice(None),), np.ones((3, 3)), pool_with_a_loan())
     assert type(kept[0]).__name__ == "_OrphanPooledBuffer"
+
+
+def test_an_object_lent_again_carries_no_attributes_of_its_last_borrower(queue):
+    pool = gpubuf.MemoryPool(gpubuf.ImmediateAllocator(queue))
+    b = pool(100)
+    handle = b.int_ptr
+    b.owner_tag = "request A"
+    del b
+    c = pool(100)
+    assert c.int_ptr == handle  # the same object, lent again
+    assert not hasattr(c, "owner_tag") and c.__dict__ == {}
+    c.other = 1  # attributes still work, as on pyopencl's pooled buffers
+    assert c.other == 1
+
+
+def test_a_cycle_through_a_lent_object_and_its_pool_is_collected(queue):
+    def cycle():
+        pool = gpubuf.MemoryPool(gpubuf.ImmediateAllocator(queue))
+        x = pool(1 << 20)
+        x.pool = pool  # buffer -> pool -> (its loans) buffer
+        return x.int_ptr
+
+    handle = cycle()
+    watcher = cl.Buffer.from_int_ptr(handle, retain=True)
+    gc.collect()
+    assert watcher.get_info(cl.mem_info.REFERENCE_COUNT) == 1  # the block was freed

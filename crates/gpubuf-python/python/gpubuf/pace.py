@@ -147,10 +147,12 @@ def installed(backend: Union[Backend, str, None] = None) -> Iterator[None]:
     try:
         yield
     finally:
-        if was:
-            _state["backend"] = before
-        else:
+        if not was:
             uninstall()
+        elif _state is not None:
+            _state["backend"] = before
+        else:  # uninstalled inside the block: installed again, as it was before it
+            install(before)
 
 
 from . import pace_plugin as pytest_plugin  # noqa: E402

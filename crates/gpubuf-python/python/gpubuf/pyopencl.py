@@ -115,7 +115,8 @@ def to_gpubuf(obj, queue=None):
 
     if isinstance(obj, PooledBuffer):
         _same_context(queue, obj)
-        return _pyopencl_block_array(obj)[:]  # the bytes asked for (obj.size is the block's)
+        whole, asked = _pyopencl_block_array(obj)
+        return whole[:asked]  # the bytes asked for (obj.size is the block's)
     if isinstance(obj, cl_array.Array):
         owner = queue if queue is not None else (obj.queue if obj.queue is not None else obj.context)
         if obj.events and owner is not obj.queue:
@@ -127,7 +128,9 @@ def to_gpubuf(obj, queue=None):
             _same_context(queue, base)
             if obj.events:
                 _cl.wait_for_events(obj.events)
-            return _strided_view(_pyopencl_block_array(base), list(obj.shape), list(obj.strides), obj.dtype, obj.offset)
+            # Bounded by the whole block (the buffer's size), as pyopencl bounds the array.
+            whole, _ = _pyopencl_block_array(base)
+            return _strided_view(whole, list(obj.shape), list(obj.strides), obj.dtype, obj.offset)
         return _adopt_pyopencl(owner, base, list(obj.shape), list(obj.strides), obj.dtype, obj.offset)
     if isinstance(obj, _cl.Buffer):
         owner = queue if queue is not None else obj.context
