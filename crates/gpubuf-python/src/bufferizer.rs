@@ -298,8 +298,9 @@ impl PyBufferizer {
         Ok(PyNDBuffer { array })
     }
 
-    /// Hands the whole buffer to the caller (double buffering): the returned ``NDBuffer``
-    /// keeps its memory, and appends go to another buffer (reused once every view of the
+    /// Hands the appended elements to the caller (double buffering): the returned
+    /// ``NDBuffer`` (the first ``len()`` elements) keeps the buffer's memory, and appends go
+    /// to another buffer (reused once every view of the
     /// old one is gone). The bufferizer is empty afterwards; no hook runs.
     ///
     /// Raises ``OutOfMemoryError`` when a second buffer cannot be allocated (nothing changes).

@@ -128,15 +128,12 @@ impl PyBufferizer {
     }
 }
 
-/// The buffer appends go to, when it is host memory (the CPU backend): the only memory a
-/// numpy input can share. `None` on other backends.
+/// The buffer appends go to: a numpy input can share it on the CPU backend, a device
+/// input (a view of the bufferizer's own buffer) on any.
 ///
 /// # Errors
 /// As `Bufferizer::view`.
 fn target(b: &AnyBufferizer) -> PyResult<Option<Buffer<Device>>> {
-    if each!(b, b => b.backend().as_cpu().is_none()) {
-        return Ok(None);
-    }
     each!(b, b => b.view().map(|v| Some(v.buffer().clone()))).py()
 }
 

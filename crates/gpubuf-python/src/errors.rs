@@ -178,6 +178,26 @@ impl<T> IntoPy<T> for gpubuf::Result<T> {
     }
 }
 
+/// A `ShapeMismatchError` for a reshape of an array of shape `expected` into the shape the
+/// user asked for, `got` (its `-1` kept, as numpy reports it).
+pub fn reshape_mismatch(expected: &[usize], got: &[i128]) -> PyErr {
+    Python::attach(|py| {
+        let make = || -> PyResult<PyErr> {
+            let ty = class(py, "ShapeMismatchError")
+                .ok_or_else(|| PyRuntimeError::new_err("gpubuf is not initialised"))?;
+            let size: u128 = expected.iter().map(|&n| n as u128).product();
+            let msg = format!(
+                "shape mismatch: cannot reshape an array of shape {expected:?} (size {size}) into {got:?}"
+            );
+            let value = ty.call1((msg,))?;
+            value.setattr("expected", expected.to_vec())?;
+            value.setattr("got", got.to_vec())?;
+            Ok(PyErr::from_value(value))
+        };
+        make().unwrap_or_else(|failed| failed)
+    })
+}
+
 /// A `DTypeMismatchError` for a numpy dtype gpubuf has no element type for (`got`, its
 /// name); `expected` is None.
 pub fn unsupported_dtype(got: &str) -> PyErr {

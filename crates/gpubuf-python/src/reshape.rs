@@ -17,7 +17,10 @@ pub fn resolve_shape(array: &AnyArray, shape: &[i128]) -> PyResult<Vec<usize>> {
         .iter()
         .map(|&n| isize::try_from(n).map_err(|_| invalid(format!("extent {n} in a reshape"))))
         .collect::<PyResult<Vec<isize>>>()?;
-    dispatch!(array, nd => nd.layout().infer_shape(&dims)).py()
+    dispatch!(array, nd => nd.layout().infer_shape(&dims)).map_err(|e| match e {
+        gpubuf::Error::ShapeMismatch { expected, .. } => crate::errors::reshape_mismatch(&expected, shape),
+        e => crate::errors::to_py(e),
+    })
 }
 
 /// The bytes of a C-contiguous `array` seen as `dtype` (numpy's `view(dtype)`); no copy.

@@ -127,6 +127,10 @@ def test_reshape_and_ravel_orders_match_numpy(backend, order):
         arr(x, backend).reshape(-1, order="K")
     with pytest.raises(gpubuf.ShapeMismatchError):
         arr(x, backend).reshape((5, 5), order="F")
+    # The shape asked for is reported as given, its -1 kept.
+    with pytest.raises(gpubuf.ShapeMismatchError, match=r"\[5, -1\]") as e:
+        arr(x, backend).reshape(5, -1)
+    assert e.value.got == [5, -1] and e.value.expected == [2, 3, 4]
 
 
 def test_flags_and_tobytes_match_numpy(backend):

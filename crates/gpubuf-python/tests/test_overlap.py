@@ -93,8 +93,8 @@ def test_bufferizer_appends_of_views_of_its_own_buffer(cpu):
     assert b.full
 
 
-def test_bufferizer_append_of_its_own_buffer_as_ndbuffer(cpu):
-    b = gpubuf.Bufferizer(4, 4, "float32", cpu)
+def test_bufferizer_append_of_its_own_buffer_as_ndbuffer(backend):
+    b = gpubuf.Bufferizer(4, 4, "float32", backend)
     rows = np.arange(16, dtype=np.float32).reshape(4, 4)
     b.append_multiple(rows[:2])
     # A device view overlapping the destination (rows 2-3 get rows 1-2): copied first.
@@ -103,6 +103,14 @@ def test_bufferizer_append_of_its_own_buffer_as_ndbuffer(cpu):
     want[:2] = rows[:2]
     want[2:4] = want[1:3].copy()
     np.testing.assert_array_equal(b.buffer.to_numpy(), want)
+
+
+def test_bufferizer_append_of_strided_views_of_its_own_buffer(backend):
+    b = gpubuf.Bufferizer(2, 4, "int32", backend)
+    b.append_multiple(np.array([[1, 2], [3, 4]], np.int32))
+    b.append_one(b.buffer[0, ::-1])  # flipped, elsewhere in the buffer
+    b.append_one(b.buffer[0:2, 0])  # a column
+    np.testing.assert_array_equal(b.buffer.to_numpy(), [[1, 2], [3, 4], [2, 1], [1, 3]])
 
 
 def test_bufferizer_append_of_memory_it_adopted_through_numpy(cpu):

@@ -367,6 +367,31 @@ def test_enable_makes_gpubuf_zarrs_default(backend):
         gz.enable("nope")
 
 
+def test_a_device_value_is_broadcast_and_cast_as_numpy_would(backend):
+    # zarr writes a 0-d value over a region (`z[1:3] = z[0, 0]`): numpy's assignment
+    # broadcasts it, and casts, on the CPU prototype and on every other alike.
+    with gz.enable(backend.name):
+        z = zarr.create_array(store={}, shape=(4, 2), chunks=(4, 2), dtype="int32", fill_value=0)
+        z[0, 0] = 5
+        z[1:3] = z[0, 0]
+        np.testing.assert_array_equal(np.asarray(z[:].to_numpy()), [[5, 0], [5, 5], [5, 5], [0, 0]])
+    nd = gz.buffer_prototype(backend).nd_buffer
+    for value, want in (
+        (np.array(4, np.int32), 4),
+        (np.arange(3, dtype=np.int32), [0, 1, 2]),
+        (np.full((2, 3), 7.0), 7),
+    ):
+        n = nd.create(shape=(4, 3), dtype="int32", fill_value=0)
+        n[1:3] = gpubuf.NDBuffer.from_numpy(value, backend)
+        got = n.as_numpy_array()
+        np.testing.assert_array_equal(got[1:3], np.broadcast_to(np.asarray(want, np.int32), (2, 3)))
+        assert (got[0] == 0).all() and (got[3] == 0).all()
+    n = nd.create(shape=(4, 3), dtype="int32", fill_value=0)
+    with pytest.raises(ValueError):  # numpy's on the CPU, ShapeMismatchError elsewhere
+        n[1:3] = gpubuf.NDBuffer.from_numpy(np.arange(4, dtype=np.int32), backend)
+    assert (n.as_numpy_array() == 0).all()
+
+
 @pytest.mark.parametrize("compressor", [None, "zstd", "blosc"])
 def test_v2_arrays_written_from_device_arrays(backend, compressor):
     """zarr v2 arrays (with filters and compressors run by numcodecs on the host) written

@@ -262,7 +262,8 @@ class Bufferizer:
     def clear(self) -> None:
         """Empties the bufferizer without touching memory; no hook."""
     def take_batch(self) -> NDBuffer:
-        """The whole buffer, handed over; later appends go to another buffer."""
+        """The appended elements (with the buffer's memory), handed over; later appends go
+        to another buffer."""
     def len(self) -> int: ...
     def __len__(self) -> int: ...
     @property

@@ -34,7 +34,7 @@ import numpy as np
 from zarr.core.buffer import core
 from zarr.core.buffer.core import BufferPrototype
 
-from . import Backend, InvalidArgumentError, MemoryPool
+from . import Backend, DTypeMismatchError, InvalidArgumentError, MemoryPool, ShapeMismatchError
 from . import NDBuffer as _Array
 
 __all__ = ["Buffer", "NDBuffer", "buffer_prototype", "enable", "register"]
@@ -342,9 +342,17 @@ class NDBuffer(core.NDBuffer, metaclass=_NDBufferMeta):
                 # region before writing it. numpy copies a value that overlaps first.
                 np.asarray(self._data)[key] = np.asarray(value)
                 return
-            if isinstance(value, _Array):
-                value = _on_device(value, self._data.backend)
-            self._data.set_region(key, value, self._pool())
+            if not isinstance(value, _Array):
+                self._data.set_region(key, value, self._pool())
+                return
+            value = _on_device(value, self._data.backend)
+            try:
+                self._data.set_region(key, value, self._pool())
+            except (ShapeMismatchError, DTypeMismatchError):
+                # A device value is copied as it is; numpy's assignment broadcasts and
+                # casts (zarr writes a 0-d value over a region so): the value's host copy
+                # is, as a numpy value. The refused copy wrote nothing.
+                self._data.set_region(key, value.to_numpy(), self._pool())
         else:
             self._data[key] = value.to_numpy() if isinstance(value, _Array) else value
 
