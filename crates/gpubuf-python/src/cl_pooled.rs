@@ -260,9 +260,23 @@ pub fn finish_orphans(py: Python<'_>, objects: Vec<Py<PyAny>>) {
                 drop(remove(h, Some(object.as_ptr() as usize)));
             }
         } else if let Some(class) = &class {
-            let _ = object.bind(py).setattr("__class__", class.bind(py));
+            set_class(object.bind(py), class.bind(py));
         }
         drop(object);
+    }
+}
+
+/// Gives `object` the class `class` past `PooledBuffer.__setattr__` (which refuses it to
+/// users); an object that cannot take it keeps its own.
+fn set_class(object: &Bound<'_, PyAny>, class: &Bound<'_, PyAny>) {
+    use pyo3::ffi;
+    let name = pyo3::types::PyString::new(object.py(), "__class__");
+    // SAFETY: live objects under the GIL; the generic setter is what `object.__setattr__`
+    // runs (it checks the layouts agree and raises otherwise, an error cleared here).
+    unsafe {
+        if ffi::PyObject_GenericSetAttr(object.as_ptr(), name.as_ptr(), class.as_ptr()) != 0 {
+            ffi::PyErr_Clear();
+        }
     }
 }
 

@@ -268,3 +268,23 @@ def test_a_cycle_through_a_lent_object_and_its_pool_is_collected(queue):
     watcher = cl.Buffer.from_int_ptr(handle, retain=True)
     gc.collect()
     assert watcher.get_info(cl.mem_info.REFERENCE_COUNT) == 1  # the block was freed
+
+
+def test_the_class_of_a_lent_object_is_fixed(queue):
+    # After stop_holding the class's __del__ gives the block back: assigning another
+    # class would lose it, and is refused, as pyopencl refuses it on its PooledBuffer.
+    pool = gpubuf.MemoryPool(gpubuf.ImmediateAllocator(queue))
+    held = pool(4096)
+    pool.stop_holding()
+    fresh = pool(4096)
+    for b in (held, fresh):
+        for cls in (cl.Buffer, gpyopencl.PooledBuffer):
+            with pytest.raises(TypeError):
+                b.__class__ = cls
+        b.tag = 1  # other attributes are set as before
+        assert b.tag == 1
+    probes = [cl.Buffer.from_int_ptr(b.int_ptr, retain=True) for b in (held, fresh)]
+    del held, fresh, b
+    for p in probes:
+        assert p.get_info(cl.mem_info.REFERENCE_COUNT) == 1, "the block went back at the buffer's end"
+    assert pool.active_blocks == 0

@@ -62,6 +62,13 @@ class PooledBuffer(_cl.Buffer):
 
     __slots__ = ()
 
+    def __setattr__(self, name, value) -> None:
+        # The class is how the block goes back once the pool stopped holding (its
+        # subclass's __del__): fixed, as pyopencl's PooledBuffer's is (TypeError).
+        if name == "__class__":
+            raise TypeError("__class__ assignment: a pooled buffer's class is fixed")
+        _cl.Buffer.__setattr__(self, name, value)
+
     def release(self) -> None:
         """Returns the block to the pool, then drops this object's reference to the
         buffer (pyopencl's ``release()``: a second call raises ``LogicError``)."""
