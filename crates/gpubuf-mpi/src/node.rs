@@ -132,8 +132,8 @@ impl Segment {
 /// ordinary allocation ([`NDBuffer::create`]).
 ///
 /// # Errors
-/// [`Error::OutOfMemory`] when the bytes overflow or the node's shared memory cannot hold
-/// them; [`Error::InvalidArgument`] when the operating system refuses the mapping; the
+/// [`Error::OutOfMemory`] when the bytes overflow, exceed the memory the system has
+/// available, or the node's shared memory cannot hold them; [`Error::InvalidArgument`] when the operating system refuses the mapping; the
 /// errors of [`NDBuffer::create`].
 pub fn node_buffer<B, T>(
     backend: &B,
@@ -153,6 +153,15 @@ where
         .ok_or(Error::OutOfMemory { requested: usize::MAX, available: None, pool: None })?;
     if bytes == 0 || (backend as &dyn Any).downcast_ref::<gpubuf_cpu::CpuBackend>().is_none() {
         return NDBuffer::create(backend, shape, order, fill);
+    }
+    // A memfd file may grow past the machine's memory: reserving its pages would then wake
+    // the kernel's out-of-memory killer instead of failing. Requests above what the
+    // system has available now are refused first (several at once can still exhaust it).
+    if let Some(info) = backend.memory_info() {
+        if bytes as u64 > info.free {
+            let available = usize::try_from(info.free).ok();
+            return Err(Error::OutOfMemory { requested: bytes, available, pool: None });
+        }
     }
     let segment = Segment::new(bytes)?;
     let ptr = segment.ptr;
@@ -300,6 +309,13 @@ mod tests {
         assert!(matches!(huge, Err(Error::OutOfMemory { .. })), "{huge:?}");
         let past = node_buffer::<_, u8>(&b, &[1 << 62, 4], Order::C, None);
         assert!(matches!(past, Err(Error::OutOfMemory { .. })), "{past:?}");
+        // Past the machine's memory without overflowing: refused before a page is taken
+        // (reserving them would wake the out-of-memory killer).
+        if let Some(info) = gpubuf_core::Allocator::memory_info(&b) {
+            let elems = usize::try_from(info.total / 8 * 2).unwrap_or(usize::MAX / 16);
+            let more = node_buffer::<_, f64>(&b, &[elems], Order::C, None);
+            assert!(matches!(more, Err(Error::OutOfMemory { available: Some(_), .. })), "{more:?}");
+        }
         // Empty: an ordinary (empty) array, not a segment.
         let empty = node_buffer::<_, f32>(&b, &[0, 5], Order::C, None)?;
         assert_eq!(empty.shape(), &[0, 5]);

@@ -61,14 +61,14 @@ fn quantity<'py, T: Element + numpy::Element>(
         )));
     }
     let (data, writeable) = data_and_writeable(arr);
+    if !writeable {
+        return Err(invalid(format!("quantity {k} is a read-only array")));
+    }
     if let Ok(node) = arr.getattr("base").and_then(|b| b.cast_into::<NodeArray>().map_err(Into::into)) {
         let (ptr, shape, _) = node.get().describe();
         if ptr == data && shape == arr.shape() && arr.is_c_contiguous() {
             return from_node(&node, k);
         }
-    }
-    if !writeable {
-        return Err(invalid(format!("quantity {k} is a read-only array")));
     }
     let item = T::DTYPE.size();
     let s = span(data, arr.shape(), arr.strides(), item).ok_or_else(|| {

@@ -78,10 +78,37 @@ fn build<T: Element>(
     }
 }
 
+/// The updater, which Python threads may hand to each other.
+struct Movable(Option<Typed>);
+
+// SAFETY: the updater's MPI handles (its window among them) are used only through
+// `&mut PyHaloUpdater`, which pyo3 lends to one thread at a time (its borrow flag, taken
+// with the GIL held), or dropped with the object; MPI calls from whichever thread holds
+// it are valid where mpi4py initialised MPI at `MPI_THREAD_SERIALIZED` or above
+// (mpi4py's default is `MPI_THREAD_MULTIPLE`), which `gpubuf.mpi` checks before a call
+// from another thread than the main one.
+unsafe impl Send for Movable {}
+// SAFETY: as for `Send`: shared references (`closed`) read only whether it is `None`,
+// and no `&mut` exists meanwhile (pyo3's borrow flag).
+unsafe impl Sync for Movable {}
+
+impl std::ops::Deref for Movable {
+    type Target = Option<Typed>;
+    fn deref(&self) -> &Option<Typed> {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Movable {
+    fn deref_mut(&mut self) -> &mut Option<Typed> {
+        &mut self.0
+    }
+}
+
 /// gpubuf's halo updater for host quantities (the native half of `gpubuf.mpi.HaloUpdater`).
-#[pyclass(name = "HaloUpdater", module = "gpubuf._mpi", unsendable)]
+#[pyclass(name = "HaloUpdater", module = "gpubuf._mpi")]
 pub struct PyHaloUpdater {
-    inner: Option<Typed>,
+    inner: Movable,
     cpu: CpuBackend,
     dtype: DType,
 }
@@ -167,7 +194,7 @@ impl PyHaloUpdater {
             return Err(e);
         }
         let inner = made.get().py()?;
-        Ok(PyHaloUpdater { inner: Some(inner), cpu, dtype: parts.dtype })
+        Ok(PyHaloUpdater { inner: Movable(Some(inner)), cpu, dtype: parts.dtype })
     }
 
     /// One halo update of `x` (and, for vectors, `y`): numpy arrays or node arrays of the
@@ -184,6 +211,17 @@ impl PyHaloUpdater {
     ) -> PyResult<()> {
         let cpu = self.cpu.clone();
         each!(self.typed()?, u => run(py, &cpu, u, &x, y.as_deref()))
+    }
+
+    /// Refuses this rank's part of one update, whose quantities could not even be read
+    /// (an error of Python's converting them): the neighbours' updates raise naming this
+    /// rank, and nobody waits. Collective as `update`.
+    fn refuse(&mut self, py: Python<'_>) -> PyResult<()> {
+        each!(self.typed()?, u => {
+            let job = Unbound(&mut *u);
+            let refused = py.detach(move || Unbound(job.get().refuse()));
+            refused.get().py()
+        })
     }
 
     /// Mean seconds of one update over `reps`, after `warmups` unmeasured, each started
@@ -264,7 +302,17 @@ impl PyHaloUpdater {
         close(self.inner.take());
     }
 
-    /// Whether `close` was called.
+    /// Lets go of the updater without freeing what other ranks must free with it (its
+    /// node window, communicator and requests are leaked): for a rank ending on an error
+    /// that the others do not share, which must not wait for them in a collective free.
+    /// Later calls raise, as after `close`.
+    fn abandon(&mut self) {
+        if let Some(t) = self.inner.take() {
+            std::mem::forget(t);
+        }
+    }
+
+    /// Whether `close` (or `abandon`) was called.
     #[getter]
     fn closed(&self) -> bool {
         self.inner.is_none()

@@ -8,7 +8,7 @@
 //! and none is left waiting for a message that will never match.
 
 use gpubuf_core::{DType, Error, Result};
-use gpubuf_halo::HaloExchangeSpec;
+use gpubuf_halo::{vector_blocks, HaloExchangeSpec};
 use mpi::collective::SystemOperation;
 use mpi::topology::{Communicator, SimpleCommunicator};
 use mpi::traits::CommunicatorCollectives;
@@ -97,8 +97,13 @@ fn extents(spec: &HaloExchangeSpec, sending: bool) -> Vec<usize> {
 
 /// The signature of one message of a link: the updater (`name`, a hash), the message's
 /// tag, the element type, the quantity count and kind, and the extents of each of its
-/// parts in order, packed (`sending`) or unpacked, in the receiver's axes. Both sides of a
-/// link compute the same signature for a message exactly when they agree on it.
+/// parts in the message's order, packed (`sending`) or unpacked, in the receiver's axes.
+/// Both sides of a link compute the same signature for a message exactly when they agree
+/// on it. A vector's message holds per exchange two blocks, which the receiver unpacks
+/// into its x and y quantities: sent, they are the components in the order of
+/// [`vector_blocks`] for the receiver's turns (an odd rotation sends the y component
+/// first), so a staggered pair (D-grid `u` on `y_interface`, `v` on `x_interface`) is
+/// described by the component that really fills each block.
 pub(super) fn signature(
     name: u64,
     tag: i32,
@@ -111,9 +116,27 @@ pub(super) fn signature(
     let code = DType::ALL.iter().position(|&d| d == dtype).unwrap_or(usize::MAX);
     let mut h = Hasher::new().word(name).word(tag as u64).word(code as u64).word(quantities as u64);
     h = h.word(u64::from(y.is_some()));
-    for spec in x.iter().chain(y.into_iter().flatten()) {
+    let part = |h: Hasher, spec: &HaloExchangeSpec| {
         let e = extents(spec, sending);
-        h = e.iter().fold(h.word(e.len() as u64), |h, &n| h.word(n as u64));
+        e.iter().fold(h.word(e.len() as u64), |h, &n| h.word(n as u64))
+    };
+    for (i, sx) in x.iter().enumerate() {
+        match y.and_then(|y| y.get(i)) {
+            None => h = part(h, sx),
+            Some(sy) => {
+                let specs = [sx, sy];
+                let order = if sending {
+                    // The receiver's axes turn the other way (the transformer's rule).
+                    let turns = (4 - sx.pack_clockwise_rotation.rem_euclid(4)) % 4;
+                    vector_blocks(turns).map(|(component, _)| component)
+                } else {
+                    [0, 1]
+                };
+                for c in order {
+                    h = part(h, specs[c]);
+                }
+            }
+        }
     }
     h.finish()
 }

@@ -26,6 +26,8 @@ not bundle: mpi4py must use the same MPI library (checked on import). docs/pytho
 """
 
 import atexit
+import sys
+import threading
 import weakref
 from typing import Any, List, Optional, Sequence, Tuple
 
@@ -43,7 +45,7 @@ except ImportError as e:
         f"gpubuf.mpi needs the MPI library gpubuf was built with (Open MPI, libmpi.so.40): {e}"
     ) from e
 
-from ._gpubuf import InvalidArgumentError
+from ._gpubuf import GpubufError, InvalidArgumentError
 
 __all__ = [
     "CubedSpherePartitioner",
@@ -170,12 +172,25 @@ _live: "weakref.WeakValueDictionary[int, HaloUpdater]" = weakref.WeakValueDictio
 _serial = [0]
 
 
+def _dying() -> bool:
+    """Whether the interpreter is ending on an exception nothing caught (Python records it
+    as ``sys.last_value``, ``sys.last_exc`` from 3.12, before the exit handlers run)."""
+    return getattr(sys, "last_exc", None) is not None or getattr(sys, "last_value", None) is not None
+
+
 @atexit.register
 def _close_all() -> None:
+    # Ending on an uncaught exception (of this rank alone, likely): the collective frees
+    # of node windows could wait forever for ranks still inside an update, and would keep
+    # mpi4py (`python -m mpi4py`) from aborting the job; the updaters are let go instead.
+    dying = _dying()
     for k in sorted(_live.keys()):
         u = _live.get(k)
         if u is not None:
-            u.close()
+            if dying:
+                u._native.abandon()
+            else:
+                u.close()
 
 
 class HaloUpdater:
@@ -237,6 +252,7 @@ class HaloUpdater:
             raise InvalidArgumentError(
                 "the updater's communicator was freed (comm.Free()): make a new updater"
             )
+        _thread_allowed()
         return self._native
 
     def update(self, quantities: Sequence[Any], quantities_y: Optional[Sequence[Any]] = None) -> None:
@@ -244,8 +260,12 @@ class HaloUpdater:
         in place; collective over the neighbours. Numpy arrays, ``node_buffer`` arrays or
         pace Quantities; nothing else touches them until it returns."""
         native = self._checked()
-        x = [_quantity(q) for q in quantities]
-        y = None if quantities_y is None else [_quantity(q) for q in quantities_y]
+        try:
+            x = [_quantity(q) for q in quantities]
+            y = None if quantities_y is None else [_quantity(q) for q in quantities_y]
+        except Exception:
+            native.refuse()  # the neighbours raise naming this rank, and none waits
+            raise
         native.update(x, y)
 
     @property
@@ -290,13 +310,35 @@ class HaloUpdater:
     def close(self) -> None:
         """Frees the updater's messages, communicator and shared memory (collective over
         the node's ranks for an ``on_node`` updater); later calls raise."""
+        if not self._native.closed:
+            _thread_allowed()
         self._native.close()
 
     def __enter__(self) -> "HaloUpdater":
         return self
 
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
+    def __exit__(self, kind: Any, *exc: Any) -> None:
+        """Closes the updater, also when a gpubuf error leaves the block (those of
+        ``update`` are raised on every rank concerned, and the others go on to close it
+        too). Any other exception lets the updater go without the collective frees: a
+        rank ending on an error of its own must not wait in them for ranks still inside
+        an update (with ``python -m mpi4py`` the job then aborts)."""
+        if kind is None or issubclass(kind, GpubufError):
+            self.close()
+        else:
+            self._native.abandon()
+
+
+def _thread_allowed() -> None:
+    """Raises ``InvalidArgumentError`` for a call from another thread than the main one
+    where MPI was initialised below ``MPI_THREAD_SERIALIZED`` (only the main thread may
+    call MPI then)."""
+    if threading.current_thread() is threading.main_thread():
+        return
+    if MPI.Query_thread() < MPI.THREAD_SERIALIZED:
+        raise InvalidArgumentError(
+            "MPI was initialised below MPI_THREAD_SERIALIZED: use the updater from the main thread"
+        )
 
 
 def node_buffer(shape: Sequence[int], dtype: Any = np.float64, fill: Any = None) -> np.ndarray:

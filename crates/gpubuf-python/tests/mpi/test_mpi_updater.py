@@ -131,6 +131,43 @@ def test_cube_paths_agree():
     assert not np.array_equal(out[0], base)
 
 
+@pytest.mark.skipif(SIZE != 6, reason="a cubed sphere of one rank a face")
+@pytest.mark.parametrize("grid", ["D", "C"])
+def test_staggered_vectors_on_the_cube_match_pace_util(grid):
+    """D-grid winds (u on y_interface, v on x_interface) and C-grid ones (the other way
+    round): the components' extents differ, and an odd rotation sends y's block first.
+    The halos are pace-util's own update's."""
+    import gpubuf.pace
+
+    gpubuf.pace._numpy2_compat()
+    pu = pytest.importorskip("pace.util")
+    dims = (("x", "y_interface", "z"), ("x_interface", "y", "z"))
+    if grid == "C":
+        dims = dims[::-1]
+    rng = np.random.default_rng(RANK + 10)
+
+    def field(d):
+        ext = tuple(N + 1 if name.endswith("_interface") else (N if name in "xy" else NZ) for name in d)
+        shape = tuple(e + 2 * H if name != "z" else e for e, name in zip(ext, d))
+        origin = tuple(H if name != "z" else 0 for name in d)
+        return pu.Quantity(rng.standard_normal(shape), dims=d, units="m", origin=origin, extent=ext)
+
+    u, v = field(dims[0]), field(dims[1])
+    qspec = lambda q: gpubuf.QuantityHaloSpec(  # noqa: E731
+        H, q.data.strides, q.data.itemsize, q.data.shape, q.origin, q.extent, q.dims, dtype=q.data.dtype
+    )
+    start = (u.data.copy(), v.data.copy())
+    part = pu.CubedSpherePartitioner(pu.TilePartitioner((1, 1)))
+    pu.CubedSphereCommunicator(COMM, part).vector_halo_update(u, v, H)
+    want = (u.data.copy(), v.data.copy())
+    for make, name in ((gm.HaloUpdater, f"stag{grid}-m"), (gm.HaloUpdater.on_node, f"stag{grid}-w")):
+        a, b = start[0].copy(), start[1].copy()
+        with make(COMM, gm.CubedSpherePartitioner(1), [qspec(u)], [qspec(v)], name=name) as up:
+            up.update([a], [b])
+        np.testing.assert_array_equal(a, want[0])
+        np.testing.assert_array_equal(b, want[1])
+
+
 def raises_everywhere(fn, match=None):
     """Runs ``fn`` on every rank; each must raise a gpubuf error (matching ``match``)."""
     with pytest.raises(gpubuf.GpubufError, match=match):
@@ -157,9 +194,11 @@ def test_a_bad_argument_on_one_rank_raises_on_every_rank():
         lambda: np.zeros((N + 2 * H, N + 2 * H, NZ), dtype=np.float32),
         lambda: np.zeros((N + 2 * H, N + 2 * H, NZ))[::-1],
         "read-only",
+        "read-only node array",
         "twice",
+        "no list",
     ],
-    ids=["shape", "dtype", "strides", "read-only", "twice"],
+    ids=["shape", "dtype", "strides", "read-only", "read-only-node", "twice", "no-list"],
 )
 def test_a_refused_quantity_raises_on_its_rank_and_its_neighbours(on_node, bad):
     make = gm.HaloUpdater.on_node if on_node else gm.HaloUpdater
@@ -167,14 +206,24 @@ def test_a_refused_quantity_raises_on_its_rank_and_its_neighbours(on_node, bad):
         want = [global_field(5.0), global_field(6.0)]
         q = [interior_only(w) for w in want]
         if RANK == 0:
+            error = gpubuf.GpubufError
             if bad == "read-only":
                 q[0].flags.writeable = False
+            elif bad == "read-only node array":
+                node = gm.node_buffer(q[0].shape)
+                node[...] = q[0]
+                node.flags.writeable = False
+                q[0] = node
             elif bad == "twice":
                 q[1] = q[0]
+            elif bad == "no list":  # Python's own error, before gpubuf reads anything
+                q, error = None, TypeError
             else:
                 q[0] = bad()
-            with pytest.raises(gpubuf.GpubufError):
+            with pytest.raises(error):
                 up.update(q)
+            if bad == "read-only node array":
+                assert (node[:H] == -1).all(), "a read-only node array was written"
         elif 0 in up.neighbors:
             with pytest.raises(gpubuf.InvalidArgumentError, match="rank 0 refused"):
                 up.update(q)
