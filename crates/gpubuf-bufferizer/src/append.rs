@@ -194,10 +194,11 @@ impl<B: Kernels, T: Element> Bufferizer<B, T> {
     /// which appends a list element by element).
     ///
     /// # Errors
-    /// As [`Bufferizer::append_multiple`]; a bad element copies nothing. A driver error
-    /// while copying (after every check passed) leaves `len()` unchanged and no hook fired,
-    /// but the elements copied before it hold their data in the positions past `len()`
-    /// (which the next append overwrites).
+    /// As [`Bufferizer::append_multiple`]; a bad element copies nothing. An error while
+    /// copying (after every check passed: the driver's, or running out of memory gathering
+    /// a strided host element or preparing a strided device element's plan) leaves `len()`
+    /// unchanged and no hook fired, but the elements copied before it hold their data in
+    /// the positions past `len()` (which the next append overwrites).
     pub fn append_list(&mut self, elements: &[Input<'_, B, T>]) -> Result<()> {
         self.check_room(elements.len())?;
         let shape = self.element_shape.clone();

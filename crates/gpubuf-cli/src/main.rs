@@ -22,6 +22,10 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 /// What `gpubuf --help` prints after the commands.
+/// The most timed repetitions `gpubuf bench --reps` takes: the counts made from it (the
+/// progress bars' lengths, the timings kept) then stay far from any overflow.
+const MAX_REPS: i64 = 1_000_000;
+
 const AFTER_HELP: &str = "\
 Docs: README.md (commands, examples), docs/benchmarks.md (every benchmark and its figures),
 docs/backends.md (each backend and what it needs), docs/mpi.md (the demo across ranks).
@@ -116,9 +120,9 @@ enum Command {
         /// Draw the results to this .png or .svg file: one panel per unit, value vs baseline.
         #[arg(long)]
         plot: Option<PathBuf>,
-        /// Timed repetitions per case (the median is reported).
-        #[arg(long, default_value_t = 15)]
-        reps: usize,
+        /// Timed repetitions per case (the median is reported), 1 to 1000000.
+        #[arg(long, default_value_t = 15, value_parser = clap::value_parser!(u32).range(1..=MAX_REPS))]
+        reps: u32,
         /// Smaller sizes, for a smoke run.
         #[arg(long)]
         quick: bool,
@@ -169,7 +173,8 @@ fn main() -> ExitCode {
             Some(name) if !list => {
                 let checked = plot.as_deref().map_or(Ok(()), plot::check_path);
                 checked.and_then(|()| {
-                    let opts = bench::Options { reps: reps.max(1), quick, json, plot, warm };
+                    // At most MAX_REPS (the parser's range): every count made from it fits.
+                    let opts = bench::Options { reps: reps as usize, quick, json, plot, warm };
                     bench::run(&name, backend.into(), &opts)
                 })
             }

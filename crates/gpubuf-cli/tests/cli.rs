@@ -108,6 +108,20 @@ fn a_bad_backend_is_a_usage_error() {
     }
 }
 
+#[test]
+fn reps_outside_their_range_are_a_usage_error() {
+    // Past the range the counts made from it (progress bars, timings kept) overflowed or
+    // asked for more memory than exists.
+    for reps in ["0", "1000001", "2305843009213693952", "18446744073709551615"] {
+        for bench in ["copy", "halo", "pool"] {
+            let out = gpubuf().args(["bench", bench, "--quick", "--reps", reps]).output().expect("runs");
+            assert_eq!(out.status.code(), Some(2), "--reps {reps}: clap's usage error");
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(err.contains("--reps"), "{err}");
+        }
+    }
+}
+
 /// Runs the demo; returns its stdout after checking the image it wrote.
 fn demo_run(backend: &str, size: usize, steps: usize) -> String {
     let png = std::env::temp_dir().join(format!("gpubuf-demo-{backend}-{size}-{steps}.png"));

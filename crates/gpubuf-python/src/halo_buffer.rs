@@ -62,6 +62,11 @@ pub struct PyHaloBuffer {
     mirror: Mutex<Mirror>,
 }
 
+/// The number of elements of `shape`, or None past `usize`.
+fn elements(shape: &[usize]) -> Option<usize> {
+    shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d))
+}
+
 /// A `ShapeMismatchError`.
 fn shape_error(expected: Vec<usize>, got: Vec<usize>) -> PyErr {
     to_py(gpubuf::Error::ShapeMismatch { expected, got })
@@ -216,8 +221,8 @@ impl PyHaloBuffer {
     ) -> PyResult<()> {
         let shape = self.check_array(source, "assign_from's source")?;
         let (key, region, n) = self.region(py, buffer_slice)?;
-        let got: usize = shape.iter().product();
-        if got != n {
+        // A duck-typed source may claim any shape: its count is checked, never wrapped.
+        if elements(&shape) != Some(n) {
             return Err(shape_error(vec![n], shape));
         }
         let flat = if let Some(nd) = self.cuda_array(source)? {
@@ -268,14 +273,14 @@ impl PyHaloBuffer {
         let this = slf.get();
         let dest_shape = this.check_array(destination_array, "assign_to's destination")?;
         let (key, _, n) = this.region(py, buffer_slice)?;
-        let dest_n: usize = dest_shape.iter().product();
+        let dest_n = elements(&dest_shape);
         if let Some(r) = buffer_reshape.filter(|r| !r.is_none()) {
             let r: Vec<usize> =
                 r.extract().map_err(|_| invalid("buffer_reshape is a sequence of non-negative ints"))?;
-            if r.iter().product::<usize>() != n || r != dest_shape {
+            if elements(&r) != Some(n) || r != dest_shape {
                 return Err(shape_error(dest_shape, r));
             }
-        } else if dest_n != n {
+        } else if dest_n != Some(n) {
             return Err(shape_error(dest_shape, vec![n]));
         }
         let shape = PyTuple::new(py, &dest_shape)?;

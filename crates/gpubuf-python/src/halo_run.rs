@@ -234,7 +234,8 @@ impl PyHaloDataTransformer {
                     if unpack { t.async_unpack(&xs, ys.as_deref())? } else { t.async_pack(&xs, ys.as_deref())? }
                     t.synchronize()
                 };
-                let mut times = Vec::with_capacity(reps);
+                // Grown as the timings come: `reps` is the caller's number, unbounded.
+                let mut times = Vec::with_capacity(reps.min(1 << 16));
                 for _ in 0..reps {
                     before().py()?;
                     if warm {

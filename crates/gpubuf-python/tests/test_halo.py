@@ -180,6 +180,13 @@ def test_readonly_array_packs_and_refuses_unpack(backend):
     np.testing.assert_array_equal(a, field((9, 9), 10))
 
 
+def west_rows(backend, seed):
+    """A 9 x 9 field and a transformer of one exchange (rows 2-3 into the halo rows 0-1)."""
+    a = field((9, 9), seed)
+    s = gpubuf.HaloExchangeSpec(qspec(a, (X, Y)), (slice(2, 4), slice(2, 7)), 0, (slice(0, 2), slice(2, 7)))
+    return gpubuf.HaloDataTransformer.get(np, [s], backend=backend), a
+
+
 def test_a_failed_unpack_writes_no_quantity(backend):
     # The read-only array is refused before the unpack runs: the writeable one, which the
     # unpack would write first, keeps its halo.
@@ -203,11 +210,7 @@ def test_a_failed_unpack_writes_no_quantity(backend):
 def test_strides_unlike_the_spec_are_refused_on_every_backend(backend):
     # A strided view of the spec's shape: adopted with its strides on the CPU, copied
     # contiguous elsewhere; refused on both, its strides being unlike the spec's.
-    dims = (X, Y)
-    a = field((9, 9), 14)
-    q = qspec(a, dims)
-    s = gpubuf.HaloExchangeSpec(q, (slice(2, 4), slice(2, 7)), 0, (slice(0, 2), slice(2, 7)))
-    t = gpubuf.HaloDataTransformer.get(np, [s], backend=backend)
+    t, _ = west_rows(backend, 14)
     view = field((9, 18), 15)[:, ::2]
     with pytest.raises(gpubuf.InvalidArgumentError, match="byte"):
         t.async_pack([view])
@@ -218,11 +221,7 @@ def test_strides_unlike_the_spec_are_refused_on_every_backend(backend):
 
 
 def test_buffer_written_through_its_ndbuffer_is_what_unpacks(backend):
-    dims = (X, Y)
-    a = field((9, 9), 16)
-    q = qspec(a, dims)
-    s = gpubuf.HaloExchangeSpec(q, (slice(2, 4), slice(2, 7)), 0, (slice(0, 2), slice(2, 7)))
-    t = gpubuf.HaloDataTransformer.get(np, [s], backend=backend)
+    t, a = west_rows(backend, 16)
     ub = t.get_unpack_buffer()
     ub.array[...] = 1.0  # the mirror on OpenCL, the buffer itself on the CPU
     ub.ndbuffer.fill(7.0)
@@ -236,11 +235,7 @@ def test_buffer_written_through_its_ndbuffer_is_what_unpacks(backend):
 
 
 def test_assign_from_an_integer_slice(backend):
-    dims = (X, Y)
-    a = field((9, 9), 17)
-    q = qspec(a, dims)
-    s = gpubuf.HaloExchangeSpec(q, (slice(2, 4), slice(2, 7)), 0, (slice(0, 2), slice(2, 7)))
-    t = gpubuf.HaloDataTransformer.get(np, [s], backend=backend)
+    t, _ = west_rows(backend, 17)
     b = t.get_unpack_buffer()
     for taken in (False, True):
         if taken:
@@ -251,6 +246,23 @@ def test_assign_from_an_integer_slice(backend):
         assert got[2] == 3.0 + taken and got[-1] == 5.0 + taken
         with pytest.raises(gpubuf.ShapeMismatchError):
             b.assign_from(np.array([1.0, 2.0]), 2)
+
+
+def test_shapes_past_any_size_are_refused_not_wrapped(backend):
+    class Claims:  # an array-like whose shape has more elements than usize holds
+        dtype = np.dtype("f8")
+        shape = (2**63, 2)
+
+    t, _ = west_rows(backend, 18)
+    b = t.get_unpack_buffer()
+    with pytest.raises(gpubuf.ShapeMismatchError):
+        b.assign_from(Claims(), np.index_exp[0:0])
+    with pytest.raises((gpubuf.ShapeMismatchError, gpubuf.InvalidArgumentError)):
+        b.assign_to(Claims())
+    with pytest.raises(gpubuf.ShapeMismatchError):
+        b.assign_to(np.empty(4), np.index_exp[0:0], buffer_reshape=(2**32, 2**32))
+    b.assign_from(np.arange(10.0))  # still usable
+    np.testing.assert_array_equal(b.to_numpy(), np.arange(10.0))
 
 
 def test_spec_numbers_past_any_size_say_so():
