@@ -76,7 +76,9 @@ use opencl3::command_queue::{CommandQueue, CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABL
 use opencl3::context::Context;
 use opencl3::device::Device;
 use opencl3::event::Event;
-use opencl3::memory::{Buffer, ClMem, CL_MEM_OBJECT_BUFFER, CL_MEM_READ_ONLY, CL_MEM_WRITE_ONLY};
+use opencl3::memory::{
+    Buffer, ClMem, CL_MEM_OBJECT_BUFFER, CL_MEM_READ_ONLY, CL_MEM_USE_HOST_PTR, CL_MEM_WRITE_ONLY,
+};
 use opencl3::types::cl_mem;
 
 impl OpenClBackend {
@@ -163,8 +165,10 @@ impl OpenClBackend {
     /// # Errors
     /// [`Error::InvalidArgument`] when a live [`ClMemory`] holds the `cl_mem` (use that
     /// memory; the wrapper is then forgotten, not released), when it is not a buffer object
-    /// (an image or pipe wrapped as an opencl3 `Buffer`) or was created `READ_ONLY` or
-    /// `WRITE_ONLY` (gpubuf's kernels read and write the memory they are given);
+    /// (an image or pipe wrapped as an opencl3 `Buffer`), was created `READ_ONLY` or
+    /// `WRITE_ONLY` (gpubuf's kernels read and write the memory they are given) or
+    /// `USE_HOST_PTR` (its storage is host memory the `cl_mem` does not keep alive), or is
+    /// a sub-buffer of memory a live [`ClMemory`] holds (a pool block it would outlive);
     /// [`Error::DeviceMismatch`] when the buffer belongs to another context. Except when
     /// the `cl_mem` is gpubuf's, the buffer is released on an error.
     pub unsafe fn adopt_buffer<T>(&self, buffer: Buffer<T>) -> Result<ClMemory> {
@@ -221,8 +225,25 @@ impl OpenClBackend {
                 "only buffer objects can be gpubuf memory, this cl_mem has type {ty:#x}"
             )));
         }
-        if b.flags().map_err(|e| cl(e, "CL_MEM_FLAGS"))? & (CL_MEM_READ_ONLY | CL_MEM_WRITE_ONLY) != 0 {
+        let flags = b.flags().map_err(|e| cl(e, "CL_MEM_FLAGS"))?;
+        if flags & (CL_MEM_READ_ONLY | CL_MEM_WRITE_ONLY) != 0 {
             return Err(Error::invalid("a READ_ONLY or WRITE_ONLY buffer cannot be gpubuf memory"));
+        }
+        // Its storage is host memory someone else owns (pyopencl's `hostbuf`), which the
+        // cl_mem's reference count does not keep alive.
+        if flags & CL_MEM_USE_HOST_PTR != 0 {
+            return Err(Error::invalid(
+                "a USE_HOST_PTR buffer's storage is host memory gpubuf cannot keep alive: copy it into \
+                 a buffer the runtime allocates (or adopt the host array itself on the CPU backend)",
+            ));
+        }
+        // A sub-buffer of gpubuf's own memory (a pool block) would outlive the block, which
+        // goes back to its pool for the next user.
+        let parent = b.associated_memobject().map_err(|e| cl(e, "CL_MEM_ASSOCIATED_MEMOBJECT"))?;
+        if !parent.is_null() && owned::is_owned(Kind::Mem, parent) {
+            return Err(Error::invalid(
+                "this cl_mem is a sub-buffer of gpubuf's own memory: use the gpubuf array that holds it",
+            ));
         }
         memory.len = b.size().map_err(|e| cl(e, "CL_MEM_SIZE"))?;
         Ok(memory)

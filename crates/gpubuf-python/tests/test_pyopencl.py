@@ -188,6 +188,51 @@ def test_an_array_over_the_whole_block_is_adopted(queue):
     assert pool.active_blocks == 0
 
 
+def test_memory_gpubuf_cannot_keep_alive_is_refused(queue):
+    mf = cl.mem_flags
+    # USE_HOST_PTR: the storage is pyopencl's hostbuf, kept by the buffer object, not by
+    # the handle gpubuf retains; an adopted array read freed memory once both were gone.
+    host = np.full(4096, 7, np.uint8)
+    hosted = cl.Buffer(queue.context, mf.READ_WRITE | mf.USE_HOST_PTR, hostbuf=host)
+    with pytest.raises(gpubuf.InvalidArgumentError, match="USE_HOST_PTR"):
+        gpyopencl.to_gpubuf(hosted)
+    with pytest.raises(gpubuf.InvalidArgumentError, match="USE_HOST_PTR"):
+        gpyopencl.to_gpubuf(cl_array.Array(queue, 1024, np.float32, data=hosted))
+    # A sub-buffer of a pool's block: it outlived the block, which went to the next user.
+    pool = gpubuf.MemoryPool(gpubuf.ImmediateAllocator(queue))
+    block = pool.allocate(1024)
+    sub = cl.Buffer.get_sub_region(block, 0, 256)
+    with pytest.raises(gpubuf.InvalidArgumentError, match="sub-buffer"):
+        gpyopencl.to_gpubuf(sub)
+    del sub
+    block.release()
+    # A sub-buffer of a buffer of the user's own is taken, as before.
+    own = cl.Buffer(queue.context, mf.READ_WRITE, 1024)
+    part = own.get_sub_region(256, 256)
+    assert gpyopencl.to_gpubuf(part).shape == (256,)
+    assert pool.active_blocks == 0
+
+
+def test_the_plugin_swaps_every_session_of_a_process(tmp_path):
+    import subprocess
+    import sys
+
+    (tmp_path / "test_swap.py").write_text(
+        "import gpubuf\nfrom pyopencl.tools import MemoryPool\n"
+        "def test_gpubufs():\n    assert MemoryPool is gpubuf.MemoryPool\n"
+    )
+    code = (
+        "import sys, pytest\n"
+        "args = ['-q', '-p', 'gpubuf.pyopencl_plugin', '-p', 'no:cacheprovider', sys.argv[1]]\n"
+        "codes = [int(pytest.main(args)) for _ in range(2)]\n"
+        "import pyopencl.tools, gpubuf\n"
+        "assert pyopencl.tools.MemoryPool is not gpubuf.MemoryPool, 'left installed'\n"
+        "sys.exit(max(codes))\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code, str(tmp_path / "test_swap.py")], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
 def test_pool_memory_given_to_gpubuf_waits_for_the_arrays_work(queue):
     """A pool whose queue is not the array's (a DeferredAllocator over the context gets a
     queue of gpubuf's): the array's pending kernel runs before gpubuf reads the memory."""

@@ -3,8 +3,10 @@
 (``gpubuf.pyopencl.install``), so that pyopencl's own tests, which import them from there,
 allocate from gpubuf's pool unchanged.
 
-The swap happens when pytest loads the plugin, before it imports any test module (those
-import the names at their top), and is undone at the session's end.
+The swap happens when pytest loads the plugin, before it imports any conftest or test
+module (those import the names at their top), and again when each later session in the
+same process is configured (``pytest.main`` run twice, an IDE's runner); it is undone at
+each session's end.
 """
 
 from . import pyopencl as _gpyopencl
@@ -12,7 +14,11 @@ from . import pyopencl as _gpyopencl
 _gpyopencl.install()
 
 
-def pytest_sessionfinish(session, exitstatus) -> None:
+def pytest_configure(config) -> None:
+    _gpyopencl.install()  # installed already for the first session: nothing to do
+
+
+def pytest_unconfigure(config) -> None:
     _gpyopencl.uninstall()
 
 
