@@ -228,3 +228,45 @@ fn a_buffer_dropped_after_a_launch_on_an_adopted_queue_outlives_the_kernel() {
         Ok(())
     });
 }
+
+/// Memory an adopted buffer cannot keep alive is refused: a `USE_HOST_PTR` buffer's
+/// storage is host memory its owner frees with its own object, and a sub-buffer of
+/// gpubuf's memory (a pool block) would outlive the block. Nothing is released.
+#[test]
+fn host_pointer_buffers_and_sub_buffers_of_gpubuf_memory_are_refused() {
+    run(|cl| {
+        let mut host = vec![7u8; 4096];
+        // SAFETY: a buffer over `host`, which outlives it (dropped at the end of the test).
+        let hosted = unsafe {
+            Buffer::<u8>::create(
+                cl.context(),
+                CL_MEM_READ_WRITE | clmem::CL_MEM_USE_HOST_PTR,
+                host.len(),
+                host.as_mut_ptr().cast::<c_void>(),
+            )
+        }
+        .expect("create");
+        // SAFETY: `hosted` is live during the call.
+        match unsafe { cl.share_raw(hosted.get()) } {
+            Err(Error::InvalidArgument(m)) => assert!(m.contains("USE_HOST_PTR"), "{m}"),
+            other => panic!("a USE_HOST_PTR buffer was taken: {:?}", other.map(|_| ())),
+        }
+        assert_eq!(mem_refs(&hosted), 1, "nothing retained");
+        let nd = NDBuffer::<_, u8>::from_slice(cl, &[1024], &[1; 1024])?;
+        // Not the owner's reference: ManuallyDrop keeps it from being released.
+        let parent = std::mem::ManuallyDrop::new(Buffer::<u8>::new(nd.buffer().memory().raw()));
+        // SAFETY: a sub-buffer of a live buffer, within it; released when `sub` drops.
+        let sub = unsafe { parent.create_sub_buffer(CL_MEM_READ_WRITE, 0, 256) }.expect("sub-buffer");
+        // SAFETY: `sub` is live during the call.
+        match unsafe { cl.share_raw(sub.get()) } {
+            Err(Error::InvalidArgument(m)) => assert!(m.contains("sub-buffer"), "{m}"),
+            other => panic!("a sub-buffer of gpubuf's memory was taken: {:?}", other.map(|_| ())),
+        }
+        assert_eq!(mem_refs(&sub), 1, "nothing retained");
+        drop(sub);
+        assert_eq!(nd.to_vec()?, vec![1; 1024]);
+        drop(hosted);
+        drop(host);
+        Ok(())
+    });
+}
