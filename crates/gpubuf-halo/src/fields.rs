@@ -217,6 +217,17 @@ impl<B: Kernels, T: Element> HaloFields<B, T> {
                 if s.dtype != T::DTYPE {
                     return Err(Error::DTypeMismatch { expected: T::DTYPE, got: s.dtype });
                 }
+                // The boundaries are the x and y edges: a field has exactly one axis of each
+                // (a missing one left the plan writing halos twice, a repeated one wrote
+                // halos on an axis no boundary describes).
+                let (nx, ny) =
+                    (s.dims.iter().filter(|d| d.is_x()).count(), s.dims.iter().filter(|d| d.is_y()).count());
+                if nx != 1 || ny != 1 {
+                    return Err(Error::invalid(format!(
+                        "halo field {i} has dims {:?}: a field has one x axis and one y axis (x or x_interface, y or y_interface)",
+                        s.dims
+                    )));
+                }
                 s.layout()?;
             }
             if let [x, y] = parts[..] {

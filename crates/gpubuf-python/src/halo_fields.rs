@@ -7,7 +7,7 @@
 use crate::backend::PyBackend;
 use crate::dtype::{parse_dtype, AnyArray, Wrap};
 use crate::errors::{invalid, to_py, IntoPy};
-use crate::halo_source::{check_disjoint, numpy_quantity, source, Source};
+use crate::halo_source::{check_disjoint, check_write_back, numpy_quantity, source, Source};
 use crate::ndbuffer::PyNDBuffer;
 use gpubuf::halo::{CubedSpherePartitioner, Partitioner, TilePartitioner};
 use gpubuf::{DType, Device, Dim, Error, HaloField, HaloFields, NDBuffer, QuantityHaloSpec};
@@ -227,6 +227,9 @@ impl PyHaloFields {
             self.groups.try_lock().ok_or_else(|| invalid("HaloFields is in use on another thread"))?;
         let mut per_field: Vec<Vec<AnyArray>> = Vec::with_capacity(items.len());
         let mut uploaded = Vec::new();
+        // The numpy arrays met, by address, held for the call (no address reused meanwhile).
+        let mut converted: Vec<(usize, AnyArray)> = Vec::new();
+        let mut kept = Vec::new();
         for (i, (item, &(dtype, n))) in items.iter().zip(&self.fields).enumerate() {
             let objs = parts(item, &format!("field {i}"))?;
             if objs.len() != n {
@@ -240,10 +243,19 @@ impl PyHaloFields {
                     }
                     Source::Gpubuf(a) => got.push(a),
                     Source::Numpy(arr) => {
+                        // One numpy array given twice is one array (adopted or uploaded
+                        // once), as in the transformer: the plans then see it twice.
+                        let seen = converted.iter().find(|(p, _)| *p == arr.as_ptr() as usize);
+                        if let Some((_, a)) = seen {
+                            got.push(a.clone());
+                            continue;
+                        }
                         let (a, back) = numpy_quantity(&arr, &self.device, dtype)?;
                         if let Some(b) = back {
                             uploaded.push((b, a.clone()));
                         }
+                        converted.push((arr.as_ptr() as usize, a.clone()));
+                        kept.push(arr);
                         got.push(a);
                     }
                 }
@@ -260,6 +272,10 @@ impl PyHaloFields {
     /// writes unpacked halos back into numpy arrays that were uploaded.
     fn call(&self, py: Python<'_>, list: &Bound<'_, PyAny>, op: Op) -> PyResult<()> {
         let (grouped, uploaded) = self.arrays(list)?;
+        if !matches!(op, Op::Pack(_)) {
+            // Refused before anything runs: the other fields would be written already.
+            check_write_back(py, &uploaded.iter().map(|(t, _)| t).collect::<Vec<_>>())?;
+        }
         let mut groups =
             self.groups.try_lock().ok_or_else(|| invalid("HaloFields is in use on another thread"))?;
         let groups = &mut *groups;
@@ -300,14 +316,22 @@ impl PyHaloFields {
     fn new(
         py: Python<'_>,
         fields: &Bound<'_, PyAny>,
-        n_halo: Option<usize>,
+        n_halo: Option<i128>,
         dims: Option<Vec<String>>,
         backend: Option<&PyBackend>,
         periodic: bool,
-        tile: Option<(usize, usize)>,
-        cube: Option<usize>,
-        rank: usize,
+        tile: Option<(i128, i128)>,
+        cube: Option<i128>,
+        rank: i128,
     ) -> PyResult<Self> {
+        // Python ints of any size: a negative or huge one is gpubuf's error, not pyo3's.
+        let count = |v: i128, what: &str| {
+            usize::try_from(v).map_err(|_| invalid(format!("{what} {v} is negative or too large")))
+        };
+        let n_halo = n_halo.map(|n| count(n, "n_halo")).transpose()?;
+        let tile = tile.map(|(y, x)| Ok::<_, PyErr>((count(y, "tile")?, count(x, "tile")?))).transpose()?;
+        let cube = cube.map(|c| count(c, "cube")).transpose()?;
+        let rank = count(rank, "rank")?;
         let device = backend.map_or_else(Device::cpu, |b| b.device.clone());
         let items: Vec<Bound<'_, PyAny>> =
             fields.extract().map_err(|_| invalid("fields is a sequence of field descriptions"))?;

@@ -11,9 +11,8 @@ use crate::halo::specs_of;
 use crate::halo_args::{quantities, AdoptCache, Quantities};
 use crate::halo_buffer::PyHaloBuffer;
 use crate::halo_device::{backend_arg, default_backend, device_for, set_default_backend};
-use crate::halo_source::buffer_array;
+use crate::halo_source::{buffer_array, check_write_back};
 use crate::ndbuffer::PyNDBuffer;
-use crate::numpy_mem::writeable;
 use gpubuf::{DType, Device, HaloDataTransformer, NDBuffer};
 use numpy::{PyUntypedArray, PyUntypedArrayMethods};
 use parking_lot::Mutex;
@@ -358,12 +357,7 @@ impl PyHaloDataTransformer {
     ) -> PyResult<()> {
         let q = self.quantities(quantities_x, quantities_y)?;
         // Refused before anything runs: the other quantities would be written already.
-        for (target, _) in &q.uploaded {
-            let read_only = target.bind(py).cast::<PyUntypedArray>().is_ok_and(|a| !writeable(a));
-            if read_only {
-                return Err(invalid("a quantity is a read-only numpy array: nothing was unpacked"));
-            }
-        }
+        check_write_back(py, &q.uploaded.iter().map(|(t, _)| t).collect::<Vec<_>>())?;
         self.flush(py, UNPACK)?;
         self.launch(py, &q, false)?;
         if q.uploaded.is_empty() {

@@ -95,6 +95,40 @@ pub(crate) fn numpy_quantity(
     Ok((array, Some(arr.clone().into_any().unbind())))
 }
 
+/// Before an unpack writes back into numpy arrays it uploaded (`targets`): each must be
+/// writeable, and no two may share bytes (their copies are written back one after the
+/// other, so the last would win where they overlap; adopted arrays are checked by
+/// [`check_disjoint`]). Checked before anything runs, so a refused call writes nothing.
+///
+/// # Errors
+/// `InvalidArgumentError` for a read-only array or two that overlap.
+pub(crate) fn check_write_back(py: Python<'_>, targets: &[&Py<PyAny>]) -> PyResult<()> {
+    let mut spans: Vec<(usize, usize, usize)> = Vec::with_capacity(targets.len());
+    for t in targets {
+        let Ok(a) = t.bind(py).cast::<PyUntypedArray>() else { continue };
+        if !crate::numpy_mem::writeable(a) {
+            return Err(invalid("a quantity is a read-only numpy array: nothing was unpacked"));
+        }
+        let item = numpy::PyArrayDescrMethods::itemsize(&a.dtype());
+        let data = crate::numpy_mem::data_ptr(a);
+        let Some((start, len)) = crate::numpy_mem::byte_extent(data, a.shape(), a.strides(), item) else {
+            continue;
+        };
+        let id = a.as_ptr() as usize;
+        let overlap = spans.iter().any(|&(other, s, l)| {
+            other != id && len > 0 && l > 0 && start < s.saturating_add(l) && s < start.saturating_add(len)
+        });
+        if overlap {
+            return Err(invalid(
+                "two quantities are numpy arrays over the same bytes (overlapping views): their \
+                 halos would overwrite each other; nothing was unpacked",
+            ));
+        }
+        spans.push((id, start, len));
+    }
+    Ok(())
+}
+
 /// Wrapping into [`AnyArray`] as a method, for use inside `with_dtype!`.
 trait WrapAny {
     fn wrap_any(self) -> AnyArray;

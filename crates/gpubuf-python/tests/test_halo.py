@@ -207,6 +207,20 @@ def test_a_failed_unpack_writes_no_quantity(backend):
     assert (a[0:2, 2:7] == 5.0).all() and (b[7:9, 2:7] == 5.0).all()
 
 
+def test_overlapping_quantities_are_refused_on_every_backend(backend):
+    # Two overlapping views of one array: adopted on the CPU (refused, as two handles of
+    # one memory), copied elsewhere (the last copy written back won): refused on both.
+    base = field((10, 9), 19)
+    views = [base[0:9], base[1:10]]  # C-contiguous, the spec's strides
+    s = gpubuf.HaloExchangeSpec(qspec(views[0], (X, Y)), (slice(2, 4), slice(2, 7)), 0, (slice(0, 2), slice(2, 7)))
+    t = gpubuf.HaloDataTransformer.get(np, [s, s], backend=backend)
+    t.receive(np.full(20, 4.0))
+    before = base.copy()
+    with pytest.raises(gpubuf.InvalidArgumentError):
+        t.async_unpack(views)
+    np.testing.assert_array_equal(base, before)
+
+
 def test_strides_unlike_the_spec_are_refused_on_every_backend(backend):
     # A strided view of the spec's shape: adopted with its strides on the CPU, copied
     # contiguous elsewhere; refused on both, its strides being unlike the spec's.

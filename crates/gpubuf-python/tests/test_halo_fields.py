@@ -121,6 +121,39 @@ def test_bad_descriptions_are_refused(cpu):
         gpubuf.HaloFields([a], n_halo=1, periodic=False)
     with pytest.raises(gpubuf.InvalidArgumentError):
         gpubuf.HaloFields([a], n_halo=1, tile=(2, 2), rank=4)
+    # One x and one y axis a field: otherwise the plans wrote halos twice, or on an axis
+    # no boundary describes.
+    cube = np.zeros((8, 8, 8))
+    for dims in (("x", "z"), ("z", "z"), ("x", "x"), ("x", "y", "x")):
+        with pytest.raises(gpubuf.InvalidArgumentError, match="one x axis and one y axis"):
+            gpubuf.HaloFields([cube[(slice(None),) * len(dims)] if len(dims) == 3 else a], n_halo=1, dims=dims)
+    with pytest.raises(gpubuf.InvalidArgumentError):
+        gpubuf.HaloFields([np.zeros(10)], n_halo=1)
+    # Numbers past any size are gpubuf's errors, not pyo3's OverflowError.
+    for kwargs in ({"n_halo": -1}, {"n_halo": 2**70}, {"n_halo": 1, "tile": (2, 2), "rank": -1}):
+        with pytest.raises(gpubuf.InvalidArgumentError):
+            gpubuf.HaloFields([a], **kwargs)
+
+
+def test_a_refused_update_writes_no_field(backend):
+    # A read-only array, or two arrays over the same bytes, are refused before anything
+    # runs: the other fields keep their halos (they were written, then numpy raised).
+    a, b = filled((8, 8), np.float64, 5), filled((8, 8), np.float64, 6)
+    halo = gpubuf.HaloFields([a, b], n_halo=2, backend=backend)
+    ro = b.copy()
+    ro.flags.writeable = False
+    base = filled((8, 16), np.float64, 7)
+    for pair in ([a, ro], [ro, a], [base[:, :8], base[:, 1:9]]):
+        before = [p.copy() for p in pair]
+        with pytest.raises(gpubuf.InvalidArgumentError):
+            halo.update(pair)
+        for p, was in zip(pair, before):
+            np.testing.assert_array_equal(p, was)
+    # One array given twice is one array written twice, on every backend alike.
+    with pytest.raises(gpubuf.InvalidPlanError):
+        halo.update([a, a])
+    halo.update([a, b])  # still usable
+    np.testing.assert_array_equal(a, wrapped(filled((8, 8), np.float64, 5), 2, (0, 1)))
 
 
 def test_tile_of_ranks_exchanges_messages(backend):
