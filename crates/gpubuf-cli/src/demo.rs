@@ -23,7 +23,6 @@ use gpubuf::{
     Result,
 };
 use ndarray::{ArrayD, IxDyn};
-use std::io::Write as _;
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -352,23 +351,23 @@ pub(crate) fn run_single(kind: BackendKind, opts: &DemoOptions) -> Result<Outcom
 pub(crate) fn report(kind: BackendKind, ranks: usize, opts: &DemoOptions, out: Outcome) -> Result<()> {
     let Some(global) = out.global else { return Ok(()) };
     let steps = opts.steps.max(1) as f64;
-    // A closed stdout (`| head`) is not an error of the demo: the lines are dropped.
-    let mut stdout = std::io::stdout().lock();
-    let _ = writeln!(
-        stdout,
+    // A closed stdout (`| head`) is not an error of the demo: the lines are dropped; a
+    // full disk is (`write_stdout`).
+    crate::bench::write_stdout(&format!(
         "demo: {n}x{n} heat diffusion, {s} steps on {ranks} rank(s), backend {kind}: {:.1} steps/s, \
-         {:.0} host bytes/step, {} snapshot batches",
+         {:.0} host bytes/step, {} snapshot batches\nchecksum {:016x} (sum {:.12e})\n",
         opts.steps as f64 / out.secs.max(1e-9),
         out.host_bytes as f64 / steps,
         out.batches,
+        checksum(&global),
+        global.iter().sum::<f64>(),
         n = opts.size,
         s = opts.steps
-    );
-    let _ = writeln!(stdout, "checksum {:016x} (sum {:.12e})", checksum(&global), global.iter().sum::<f64>());
+    ))?;
     if let Some(path) = &opts.out {
         let title = format!("heat, {} steps, backend {kind}, {ranks} rank(s)", opts.steps);
         crate::plot::write_field(path, &global, opts.size, &title)?;
-        let _ = writeln!(stdout, "field written to {}", path.display());
+        crate::bench::write_stdout(&format!("field written to {}\n", path.display()))?;
     }
     Ok(())
 }

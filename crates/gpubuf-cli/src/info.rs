@@ -67,8 +67,7 @@ pub fn run(as_json: bool) -> Result<()> {
             .collect();
         let mut text = serde_json::to_string_pretty(&v).unwrap_or_default();
         text.push('\n');
-        emit(&text);
-        return Ok(());
+        return crate::bench::write_stdout(&text);
     }
     let mut out = String::new();
     for s in &all {
@@ -104,13 +103,5 @@ pub fn run(as_json: bool) -> Result<()> {
             }
         }
     }
-    emit(&out);
-    Ok(())
-}
-
-/// Writes the report to stdout; a closed pipe (`gpubuf info | head`) ends it quietly.
-fn emit(text: &str) {
-    use std::io::Write;
-    let mut stdout = std::io::stdout().lock();
-    let _ = stdout.write_all(text.as_bytes()).and_then(|()| stdout.flush());
+    crate::bench::write_stdout(&out)
 }

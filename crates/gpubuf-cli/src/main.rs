@@ -143,10 +143,13 @@ fn init_tracing() {
         "info" => tracing::Level::INFO,
         _ => tracing::Level::WARN,
     };
+    // Colours only for a terminal: a redirected log stays plain text.
+    let colour = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let _ = tracing_subscriber::fmt()
         .with_max_level(level)
         .with_span_events(tracing_subscriber::fmt::format::FmtSpan::CLOSE)
         .with_writer(std::io::stderr)
+        .with_ansi(colour)
         .try_init();
 }
 
@@ -178,9 +181,12 @@ fn main() -> ExitCode {
                     bench::run(&name, backend.into(), &opts)
                 })
             }
+            // `--list` alone lists; no name without it (a forgotten name in a `--json`
+            // pipeline) is a usage error, as clap's own: the list on stderr, status 2.
+            _ if list => bench::list(),
             _ => {
-                bench::list();
-                Ok(())
+                eprintln!("error: gpubuf bench needs a benchmark name (or --list)\n\n{}", bench::help());
+                return ExitCode::from(2);
             }
         },
     };

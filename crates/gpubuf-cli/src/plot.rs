@@ -41,12 +41,25 @@ fn format_of(path: &Path) -> Result<Format> {
     }
 }
 
-/// Checks that `path` names an image format this module writes (before a long run).
+/// Checks that `path` names an image format this module writes and can be written (before
+/// a long run, whose figures would otherwise be lost to a missing folder or a permission).
 ///
 /// # Errors
-/// [`Error::InvalidArgument`] for another extension.
+/// [`Error::InvalidArgument`] for another extension, or a path that cannot be opened for
+/// writing (named, with the system's reason).
 pub fn check_path(path: &Path) -> Result<()> {
-    format_of(path).map(|_| ())
+    format_of(path)?;
+    let existed = path.exists();
+    std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .open(path)
+        .map_err(|e| Error::invalid(format!("cannot write {}: {e}", path.display())))?;
+    if !existed {
+        // Made only to find out: the image is written after the run.
+        let _ = std::fs::remove_file(path);
+    }
+    Ok(())
 }
 
 /// Registers the embedded font once.

@@ -122,6 +122,48 @@ fn reps_outside_their_range_are_a_usage_error() {
     }
 }
 
+#[test]
+fn output_that_cannot_be_written_is_an_error_not_a_panic() {
+    let full = std::path::Path::new("/dev/full");
+    if !full.exists() {
+        return; // not Linux: nothing to write into that is always full
+    }
+    for cmd in [
+        &["bench", "copy", "--quick", "--reps", "1", "--json"][..],
+        &["bench", "--list"],
+        &["info", "--json"],
+    ] {
+        let out = gpubuf()
+            .args(cmd)
+            .stdout(std::fs::File::create(full).expect("/dev/full"))
+            .output()
+            .expect("runs");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{cmd:?}: {err}");
+        assert!(err.starts_with("gpubuf: ") && err.contains("stdout") && !err.contains("panicked"), "{err}");
+    }
+}
+
+#[test]
+fn bench_without_a_name_is_a_usage_error_and_plot_paths_are_checked_first() {
+    let out = gpubuf().args(["bench", "--json"]).output().expect("runs");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(out.stdout.is_empty(), "nothing on stdout for a --json pipeline to mistake for a report");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("needs a benchmark name"));
+    // A folder that does not exist: refused before anything is measured.
+    let root = std::env::temp_dir().join(format!("gpubuf-cli-plot-{}", std::process::id()));
+    let missing = root.join("no").join("x.png");
+    let out = gpubuf()
+        .args(["bench", "copy", "--reps", "1", "--json", "--plot"])
+        .arg(&missing)
+        .output()
+        .expect("runs");
+    assert_eq!(out.status.code(), Some(1));
+    assert!(out.stdout.is_empty(), "refused before the run");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot write"));
+    assert!(!root.exists());
+}
+
 /// Runs the demo; returns its stdout after checking the image it wrote.
 fn demo_run(backend: &str, size: usize, steps: usize) -> String {
     let png = std::env::temp_dir().join(format!("gpubuf-demo-{backend}-{size}-{steps}.png"));

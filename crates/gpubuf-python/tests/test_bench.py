@@ -82,3 +82,27 @@ def test_bad_arguments():
 def test_unavailable_backend_raises():
     with pytest.raises(gpubuf.BackendUnavailableError):
         bench.run("pool", "cuda", reps=1, quick=True)
+
+
+def _cli(*args, stdout=subprocess.PIPE):
+    return subprocess.run(
+        [sys.executable, "-m", "gpubuf.bench", *args], stdout=stdout, stderr=subprocess.PIPE, text=True, timeout=300
+    )
+
+
+def test_the_command_line_says_what_went_wrong_in_one_line():
+    # Usage errors are argparse's (status 2); a backend that cannot run is one line and
+    # status 1, never a traceback.
+    for args in (["pool", "--reps", "0"], ["pool", "--reps", str(10**20)], ["mpi", "--backend", "opencl"]):
+        r = _cli(*args)
+        assert r.returncode == 2, (args, r.stderr)
+        assert "Traceback" not in r.stderr
+    if "cuda" not in gpubuf.available_backends():
+        r = _cli("pool", "--backend", "cuda", "--quick", "--reps", "1")
+        assert r.returncode == 1 and r.stderr.startswith("gpubuf: ") and "Traceback" not in r.stderr, r.stderr
+    r = _cli("mpi", "--quick", "--reps", "1")  # one process: not a layout of ranks
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    if os.path.exists("/dev/full"):
+        with open("/dev/full", "w") as full:
+            r = _cli("pool", "--quick", "--reps", "1", "--json", stdout=full)
+        assert r.returncode == 1 and "writing to stdout" in r.stderr and "Traceback" not in r.stderr, r.stderr

@@ -54,8 +54,11 @@ pub fn help() -> String {
 }
 
 /// Prints the benchmark names.
-pub fn list() {
-    println!("{}", help());
+///
+/// # Errors
+/// As [`write_stdout`].
+pub fn list() -> Result<()> {
+    write_stdout(&(help() + "\n"))
 }
 
 struct Runner<'a> {
@@ -103,11 +106,12 @@ pub fn run(name: &str, kind: BackendKind, opts: &Options) -> Result<()> {
 /// # Errors
 /// JSON and plot write errors.
 pub(crate) fn emit(report: &Report, opts: &Options) -> Result<()> {
-    if opts.json {
-        println!("{}", serde_json::to_string(report).map_err(|e| Error::invalid(e.to_string()))?);
+    let text = if opts.json {
+        serde_json::to_string(report).map_err(|e| Error::invalid(e.to_string()))? + "\n"
     } else {
-        print_table(report);
-    }
+        table(report)
+    };
+    write_stdout(&text)?;
     if let Some(path) = &opts.plot {
         plot::write_report(report, path)?;
         eprintln!("plot written to {}", path.display());
@@ -115,12 +119,30 @@ pub(crate) fn emit(report: &Report, opts: &Options) -> Result<()> {
     Ok(())
 }
 
-fn print_table(r: &Report) {
-    println!("bench {} on {} ({})", r.bench, r.backend, r.device);
-    println!("{:<32} {:>12} {:<6} {:>12} {:>8}", "case", "value", "unit", "baseline", "ratio");
+fn table(r: &Report) -> String {
+    let mut s = format!("bench {} on {} ({})\n", r.bench, r.backend, r.device);
+    s += &format!("{:<32} {:>12} {:<6} {:>12} {:>8}\n", "case", "value", "unit", "baseline", "ratio");
     for e in &r.results {
         let base = e.baseline.map_or(String::from("-"), |b| format!("{b:.3}"));
         let ratio = e.ratio.map_or(String::from("-"), |x| format!("{x:.3}"));
-        println!("{:<32} {:>12.3} {:<6} {:>12} {:>8}", e.name, e.value, e.unit, base, ratio);
+        s += &format!("{:<32} {:>12.3} {:<6} {:>12} {:>8}\n", e.name, e.value, e.unit, base, ratio);
+    }
+    s
+}
+
+/// Writes `text` to stdout. A closed pipe (`gpubuf info | head`) ends the output quietly:
+/// the reader wanted no more.
+///
+/// # Errors
+/// [`Error::InvalidArgument`] naming the I/O error when stdout cannot take it otherwise (a
+/// full disk): the report is lost, which is the command's failure, not a panic.
+pub(crate) fn write_stdout(text: &str) -> Result<()> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+            Err(Error::invalid(format!("writing to stdout: {e}")))
+        }
+        _ => Ok(()),
     }
 }

@@ -14,13 +14,14 @@ figure measures is in docs/python.md.
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
 
 import numpy as np
 
-from . import Backend, HaloDataTransformer, HaloExchangeSpec, NDBuffer, QuantityHaloSpec
+from . import Backend, GpubufError, HaloDataTransformer, HaloExchangeSpec, NDBuffer, QuantityHaloSpec
 from ._gpubuf import _Evictor, _halo_times
 
 # The cases of `gpubuf bench halo`: (name, arrays, n, rotation, vector); 80 levels, a
@@ -214,6 +215,9 @@ def bench_mpi(backend, reps=15, quick=False):
 
 BENCHES = {"halo": bench_halo, "pool": bench_pool, "zarr": bench_zarr, "mpi": bench_mpi}
 
+# The most timed repetitions the command line takes (as `gpubuf bench --reps`).
+MAX_REPS = 1_000_000
+
 
 def run(name, backend="cpu", reps=15, quick=False):
     """Runs benchmark ``name`` on the backend named ``backend``; returns the report dict
@@ -247,16 +251,28 @@ def main(argv=None):
     p.add_argument("--reps", type=int, default=15, help="timed repetitions per figure (the median is reported)")
     p.add_argument("--quick", action="store_true", help="smaller sizes, for a smoke run")
     a = p.parse_args(argv)
-    if a.reps < 1:
-        p.error("--reps is at least 1")
-    report = run(a.name, a.backend, a.reps, a.quick)
+    if not 1 <= a.reps <= MAX_REPS:
+        p.error(f"--reps is 1 to {MAX_REPS}")
+    if a.name == "mpi" and a.backend != "cpu":
+        p.error("mpi updates host arrays: --backend cpu")
+    try:
+        report = run(a.name, a.backend, a.reps, a.quick)
+    except (GpubufError, ValueError) as e:  # a backend that cannot run, a layout of ranks
+        print(f"gpubuf: {e}", file=sys.stderr)
+        return 1
     if a.name == "mpi":
         from mpi4py import MPI
 
         if MPI.COMM_WORLD.Get_rank() != 0:
             return 0
         report["ranks"] = MPI.COMM_WORLD.Get_size()
-    print(json.dumps(report) if a.json else _table(report))
+    try:
+        print(json.dumps(report) if a.json else _table(report), flush=True)
+    except BrokenPipeError:  # the reader wanted no more (`| head`): end quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no flush error at exit
+    except OSError as e:
+        print(f"gpubuf: writing to stdout: {e}", file=sys.stderr)
+        return 1
     return 0
 
 
