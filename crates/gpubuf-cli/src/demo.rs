@@ -353,7 +353,7 @@ pub(crate) fn report(kind: BackendKind, ranks: usize, opts: &DemoOptions, out: O
     let steps = opts.steps.max(1) as f64;
     // A closed stdout (`| head`) is not an error of the demo: the lines are dropped; a
     // full disk is (`write_stdout`).
-    crate::bench::write_stdout(&format!(
+    crate::output::write_stdout(&format!(
         "demo: {n}x{n} heat diffusion, {s} steps on {ranks} rank(s), backend {kind}: {:.1} steps/s, \
          {:.0} host bytes/step, {} snapshot batches\nchecksum {:016x} (sum {:.12e})\n",
         opts.steps as f64 / out.secs.max(1e-9),
@@ -367,7 +367,7 @@ pub(crate) fn report(kind: BackendKind, ranks: usize, opts: &DemoOptions, out: O
     if let Some(path) = &opts.out {
         let title = format!("heat, {} steps, backend {kind}, {ranks} rank(s)", opts.steps);
         crate::plot::write_field(path, &global, opts.size, &title)?;
-        crate::bench::write_stdout(&format!("field written to {}\n", path.display()))?;
+        crate::output::write_stdout(&format!("field written to {}\n", path.display()))?;
     }
     Ok(())
 }

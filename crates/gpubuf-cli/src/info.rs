@@ -67,7 +67,7 @@ pub fn run(as_json: bool) -> Result<()> {
             .collect();
         let mut text = serde_json::to_string_pretty(&v).unwrap_or_default();
         text.push('\n');
-        return crate::bench::write_stdout(&text);
+        return crate::output::write_stdout(&text);
     }
     let mut out = String::new();
     for s in &all {
@@ -103,5 +103,5 @@ pub fn run(as_json: bool) -> Result<()> {
             }
         }
     }
-    crate::bench::write_stdout(&out)
+    crate::output::write_stdout(&out)
 }

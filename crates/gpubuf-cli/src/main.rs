@@ -6,6 +6,7 @@ mod demo;
 #[cfg(feature = "mpi")]
 mod demo_mpi;
 mod info;
+mod output;
 mod plot;
 mod report;
 mod stencil;

@@ -56,9 +56,9 @@ pub fn help() -> String {
 /// Prints the benchmark names.
 ///
 /// # Errors
-/// As [`write_stdout`].
+/// As [`crate::output::write_stdout`].
 pub fn list() -> Result<()> {
-    write_stdout(&(help() + "\n"))
+    crate::output::write_stdout(&(help() + "\n"))
 }
 
 struct Runner<'a> {
@@ -111,7 +111,7 @@ pub(crate) fn emit(report: &Report, opts: &Options) -> Result<()> {
     } else {
         table(report)
     };
-    write_stdout(&text)?;
+    crate::output::write_stdout(&text)?;
     if let Some(path) = &opts.plot {
         plot::write_report(report, path)?;
         eprintln!("plot written to {}", path.display());
@@ -128,21 +128,4 @@ fn table(r: &Report) -> String {
         s += &format!("{:<32} {:>12.3} {:<6} {:>12} {:>8}\n", e.name, e.value, e.unit, base, ratio);
     }
     s
-}
-
-/// Writes `text` to stdout. A closed pipe (`gpubuf info | head`) ends the output quietly:
-/// the reader wanted no more.
-///
-/// # Errors
-/// [`Error::InvalidArgument`] naming the I/O error when stdout cannot take it otherwise (a
-/// full disk): the report is lost, which is the command's failure, not a panic.
-pub(crate) fn write_stdout(text: &str) -> Result<()> {
-    use std::io::Write;
-    let mut out = std::io::stdout().lock();
-    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
-        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
-            Err(Error::invalid(format!("writing to stdout: {e}")))
-        }
-        _ => Ok(()),
-    }
 }
