@@ -10,6 +10,7 @@ use pyo3::exceptions::{PyException, PyIndexError, PyMemoryError, PyRuntimeError,
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyTuple, PyType};
+use pyo3::IntoPyObjectExt;
 
 /// Each exception class: its name, its built-in base (besides `GpubufError`) and its docstring.
 const CLASSES: [(&str, Base, &str); 12] = [
@@ -178,42 +179,46 @@ impl<T> IntoPy<T> for gpubuf::Result<T> {
     }
 }
 
-/// A `ShapeMismatchError` for a reshape of an array of shape `expected` into the shape the
-/// user asked for, `got` (its `-1` kept, as numpy reports it).
-pub fn reshape_mismatch(expected: &[usize], got: &[i128]) -> PyErr {
+/// An instance of gpubuf's class `name` with message `msg` and the attributes `attrs`
+/// makes, as a Python exception. Should building it fail (no memory for the message),
+/// that failure is raised instead: it is an exception too.
+fn raised_as(
+    name: &str,
+    msg: String,
+    attrs: impl FnOnce(Python<'_>) -> PyResult<Vec<(&'static str, Py<PyAny>)>>,
+) -> PyErr {
     Python::attach(|py| {
         let make = || -> PyResult<PyErr> {
-            let ty = class(py, "ShapeMismatchError")
-                .ok_or_else(|| PyRuntimeError::new_err("gpubuf is not initialised"))?;
-            let size: u128 = expected.iter().map(|&n| n as u128).product();
-            let msg = format!(
-                "shape mismatch: cannot reshape an array of shape {expected:?} (size {size}) into {got:?}"
-            );
+            let ty = class(py, name).ok_or_else(|| PyRuntimeError::new_err("gpubuf is not initialised"))?;
             let value = ty.call1((msg,))?;
-            value.setattr("expected", expected.to_vec())?;
-            value.setattr("got", got.to_vec())?;
+            for (k, v) in attrs(py)? {
+                value.setattr(k, v)?;
+            }
             Ok(PyErr::from_value(value))
         };
         make().unwrap_or_else(|failed| failed)
     })
 }
 
+/// A `ShapeMismatchError` for a reshape of an array of shape `expected` into the shape the
+/// user asked for, `got` (its `-1` kept, as numpy reports it).
+pub fn reshape_mismatch(expected: &[usize], got: &[i128]) -> PyErr {
+    let size: u128 = expected.iter().map(|&n| n as u128).product();
+    let msg =
+        format!("shape mismatch: cannot reshape an array of shape {expected:?} (size {size}) into {got:?}");
+    raised_as("ShapeMismatchError", msg, |py| {
+        Ok(vec![("expected", expected.to_vec().into_py_any(py)?), ("got", got.to_vec().into_py_any(py)?)])
+    })
+}
+
 /// A `DTypeMismatchError` for a numpy dtype gpubuf has no element type for (`got`, its
 /// name); `expected` is None.
 pub fn unsupported_dtype(got: &str) -> PyErr {
-    Python::attach(|py| {
-        let make = || -> PyResult<PyErr> {
-            let ty = class(py, "DTypeMismatchError")
-                .ok_or_else(|| PyRuntimeError::new_err("gpubuf is not initialised"))?;
-            let msg = format!(
-                "numpy dtype {got} has no gpubuf element type (int8, int16, int32, int64, uint8, uint16, uint32, uint64, float16, float32, float64, complex64, complex128, bool)"
-            );
-            let value = ty.call1((msg,))?;
-            value.setattr("expected", py.None())?;
-            value.setattr("got", got)?;
-            Ok(PyErr::from_value(value))
-        };
-        make().unwrap_or_else(|failed| failed)
+    let msg = format!(
+        "numpy dtype {got} has no gpubuf element type (int8, int16, int32, int64, uint8, uint16, uint32, uint64, float16, float32, float64, complex64, complex128, bool)"
+    );
+    raised_as("DTypeMismatchError", msg, |py| {
+        Ok(vec![("expected", py.None()), ("got", got.into_py_any(py)?)])
     })
 }
 
