@@ -1,6 +1,6 @@
 //! The MPI part of `cargo xtask test-all`: the halo tests under `mpirun -n 4` and `-n 6`,
-//! the shared-window link checks under `mpirun -n 4`, and the demo's checksum with 1 and 4
-//! ranks.
+//! the shared-window link checks under `mpirun -n 4`, the demo's checksum with 1 and 4
+//! ranks, and a quick `gpubuf bench mpi` on 6 ranks.
 
 use crate::artifacts::build_executable;
 use crate::sh::run_tee;
@@ -82,12 +82,13 @@ fn window(tally: &mut Tally) {
     }
 }
 
-/// The demo: the same checksum with 1 and 4 ranks.
+/// The demo: the same checksum with 1 and 4 ranks; then the benchmark's smoke run.
 fn demo(tally: &mut Tally) {
     let Some(bin) = build_executable(&["build", "-p", "gpubuf-cli", "--features", "mpi"], "gpubuf") else {
         tally.fail("demo: FAILED (building the demo with MPI failed)".into());
         return;
     };
+    bench(tally, &bin);
     let checksum = |n: &str| -> Option<String> {
         let out = std::env::temp_dir().join(format!("gpubuf-demo-{n}.png"));
         let mut cmd = mpirun(n);
@@ -103,5 +104,76 @@ fn demo(tally: &mut Tally) {
         (a, b) => {
             tally.fail(format!("demo: FAILED (checksums differ or missing: 1 rank {a:?}, 4 ranks {b:?})"))
         }
+    }
+}
+
+/// The entries `gpubuf bench mpi` reports per case and kind, each against the raw exchange.
+const BENCH_WAYS: [&str; 5] = ["update", "window", "messages", "packed", "floor"];
+
+/// `gpubuf bench mpi --quick` on 6 ranks: every case, kind and way reported with a
+/// positive time and ratio.
+fn bench(tally: &mut Tally, bin: &std::path::Path) {
+    let mut cmd = mpirun("6");
+    cmd.arg(bin).args(["bench", "mpi", "--backend", "cpu", "--quick", "--reps", "3", "--json"]);
+    let (lines, ok) = run_tee(&mut cmd);
+    let missing = bench_missing(&lines);
+    if ok && missing.is_empty() {
+        tally.passed += 1;
+        tally.note("mpi bench: mpirun -n 6 gpubuf bench mpi --quick reported every way".into());
+    } else {
+        tally.fail(format!("mpi bench: FAILED (exit ok: {ok}; missing or not positive: {missing:?})"));
+    }
+}
+
+/// The entries of a `gpubuf bench mpi` JSON report (the last line that parses) that are
+/// missing, or whose value or ratio is not a positive number.
+fn bench_missing(lines: &[String]) -> Vec<String> {
+    let report = lines.iter().rev().find_map(|l| serde_json::from_str::<serde_json::Value>(l).ok());
+    let results = report.as_ref().and_then(|r| r["results"].as_array()).cloned().unwrap_or_default();
+    let positive = |v: &serde_json::Value| v.as_f64().is_some_and(|x| x > 0.0 && x.is_finite());
+    let mut missing = Vec::new();
+    for case in ["c48", "c96"] {
+        for kind in ["scalar", "vector"] {
+            for way in BENCH_WAYS {
+                let name = format!("{case}/{kind}_{way}_us");
+                let found = results.iter().find(|e| e["name"] == name.as_str());
+                if !found.is_some_and(|e| positive(&e["value"]) && positive(&e["ratio"])) {
+                    missing.push(name);
+                }
+            }
+        }
+    }
+    missing
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(names: &[&str]) -> Vec<String> {
+        let entries: Vec<String> = names
+            .iter()
+            .map(|n| format!(r#"{{"name":"{n}","value":5.0,"unit":"us","baseline":2.0,"ratio":2.5}}"#))
+            .collect();
+        vec!["progress".into(), format!(r#"{{"bench":"mpi","results":[{}]}}"#, entries.join(","))]
+    }
+
+    #[test]
+    fn every_way_of_every_case_is_required() {
+        let mut all = Vec::new();
+        for case in ["c48", "c96"] {
+            for kind in ["scalar", "vector"] {
+                for way in BENCH_WAYS {
+                    all.push(format!("{case}/{kind}_{way}_us"));
+                }
+            }
+        }
+        let names: Vec<&str> = all.iter().map(String::as_str).collect();
+        assert!(bench_missing(&report(&names)).is_empty());
+        assert_eq!(bench_missing(&report(&names[1..])), vec!["c48/scalar_update_us".to_string()]);
+        assert_eq!(bench_missing(&["no report".into()]).len(), all.len());
+        let last = report(&names).pop().unwrap_or_default();
+        let zero = last.replacen("\"value\":5.0", "\"value\":0.0", 1);
+        assert_eq!(bench_missing(&[zero]), vec!["c48/scalar_update_us".to_string()]);
     }
 }

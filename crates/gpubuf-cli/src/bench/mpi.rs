@@ -3,26 +3,37 @@
 //!
 //! Six ranks hold the faces of a cubed sphere, four a 2x2 periodic tile layout. Per case
 //! (`c48`: 48x48x79 cells, `c96`: 96x96x79; f64, a 3-point halo, dims (x, y, z) with z
-//! fastest) it times an update of four scalar fields at once and of one vector pair,
-//! `--reps` times after two warm-ups, each rep starting together (a barrier), three ways:
-//! an updater from `HaloUpdater::on_node` with the fields in node-shared memory
-//! (`<kind>_update_us`: each halo copied once, straight from the neighbour's field, on the
-//! CPU backend), the same updater with ordinary fields (`<kind>_window_us`: packed into the
-//! receiver's shared-memory slot and unpacked from it), and one from `HaloUpdater::new`
-//! (`<kind>_messages_us`: every message
-//! through MPI, as the updater picks: MPI derived datatypes on host links, gathered from
-//! the fields and scattered into the halos by MPI where a side has no negation, unless
-//! `GPUBUF_MPI_DATATYPES=0`), and that one again with datatypes off (`<kind>_packed_us`:
-//! every message packed and unpacked through the link's buffers). The figure is the slowest rank's mean; the baseline is the same for
-//! `Irecv`/`Isend`/`Waitall` of the updater's message sizes with no pack or unpack;
-//! `halo_gbps` is the bytes a rank receives per second in the scalar update.
+//! fastest) it times an update of four scalar fields at once and of one vector pair, six
+//! ways, each with its own updater where it has one:
+//! - `<kind>_update_us`: `HaloUpdater::on_node` with the fields in node-shared memory (each
+//!   halo copied once, straight from the neighbour's field, on the CPU backend);
+//! - `<kind>_window_us`: the same with ordinary fields (packed into the receiver's
+//!   shared-memory slot and unpacked from it);
+//! - `<kind>_messages_us`: `HaloUpdater::new`, every message through MPI, as the updater
+//!   picks (MPI derived datatypes on host links, gathered from the fields and scattered into
+//!   the halos by MPI where a side has no negation, unless `GPUBUF_MPI_DATATYPES=0`);
+//! - `<kind>_packed_us`: the same with datatypes off (every message packed and unpacked
+//!   through the link's buffers);
+//! - `<kind>_floor_us`: the raw exchange with one contiguous copy of each message on each
+//!   side (into the send buffer before its send, out of the receive buffer after the
+//!   receives): what any update of strided fields through MPI adds at least, where MPI moves
+//!   only contiguous memory in one copy;
+//! - the raw exchange itself, every entry's baseline: `Irecv`/`Isend`/`Waitall` of the
+//!   updater's message sizes, no pack or unpack.
+//!
+//! The ways take turns: two warm-up rounds, then `--reps` rounds that each run every way
+//! once, every run started together (a barrier), in an order that moves on every round, so
+//! that all see the same period of the machine. The figure is the slowest rank's mean;
+//! `halo_gbps` is the bytes a rank receives per second in the scalar `update` way (the
+//! slowest rank's).
 //!
 //! With `GPUBUF_BENCH_BREAKDOWN=1` in the environment it adds, per case, where an update's
 //! time goes ([`gpubuf::mpi::Phases`]: post, pack, send, wait, unpack, complete) and the raw
 //! exchange's (post: `Irecv`/`Isend`; wait: `Waitall`), in microseconds per update, as
 //! `<case>/<kind>_<phase>_us` entries (`<kind>_messages_<phase>_us` for the message-passing
-//! updater, `<kind>_packed_<phase>_us` with datatypes off, `<kind>_raw_<phase>_us` for the raw exchange) whose value is the slowest rank's and whose baseline
-//! is the mean over ranks.
+//! updater, `<kind>_packed_<phase>_us` with datatypes off, `<kind>_raw_<phase>_us` for the
+//! raw exchange) whose value is the slowest rank's and whose baseline is the mean over
+//! ranks.
 
 use super::{progress, Entry, Options, Report};
 use gpubuf::halo::{CubedSpherePartitioner, Dim, Partitioner, QuantityHaloSpec, TilePartitioner};
@@ -30,7 +41,7 @@ use gpubuf::mpi::mpi::collective::SystemOperation;
 use gpubuf::mpi::mpi::request::WaitGuard;
 use gpubuf::mpi::mpi::topology::{Communicator, SimpleCommunicator};
 use gpubuf::mpi::mpi::traits::{CommunicatorCollectives, Destination, Source};
-use gpubuf::mpi::{node_buffer, HaloUpdater, Phases};
+use gpubuf::mpi::{node_buffer, HaloUpdater};
 use gpubuf::{with_backend, BackendKind, BackendVisitor, DType, Error, Kernels, NDBuffer, Order, Result};
 use std::time::Instant;
 
@@ -65,37 +76,53 @@ fn phase_entries(world: &SimpleCommunicator, prefix: &str, phases: &[(&str, f64)
     }
 }
 
-/// Mean seconds of `reps` runs of `f` after two warm-ups, every run started together.
-fn mean_secs(world: &SimpleCommunicator, reps: usize, mut f: impl FnMut() -> Result<()>) -> Result<f64> {
-    f()?;
-    f()?;
-    let mut total = 0.0;
-    for _ in 0..reps {
-        world.barrier();
-        let t = Instant::now();
-        f()?;
-        total += t.elapsed().as_secs_f64();
-    }
-    Ok(total / reps as f64)
+/// The ways an update is timed, as named in the entries (`<case>/<kind>_<way>_us`), the
+/// raw exchange last.
+const WAYS: [&str; 6] = ["update", "window", "messages", "packed", "floor", "raw"];
+/// The index of the copied raw exchange in [`WAYS`].
+const FLOOR: usize = 4;
+/// The index of the raw exchange in [`WAYS`].
+const RAW: usize = 5;
+
+/// The way run `i`-th in `round`: every way once per round, the first one moving on by one
+/// every round and the order reversed every other round, so that no way always follows
+/// the same one (whose traffic and cache it would inherit).
+fn round_way(round: usize, i: usize) -> usize {
+    let n = WAYS.len();
+    let i = if round % 2 == 1 { n - 1 - i } else { i };
+    (i + round) % n
 }
 
-/// One raw exchange: receive and send `bytes` with every neighbour, no pack or unpack;
-/// the time of posting the messages and of waiting for them is added to `split`.
+/// Contiguous copies of every message made around a raw exchange: `from[k]` into the send
+/// buffer of link `k` before its send, and its receive buffer into `to[k]` once all arrived.
+struct Copies<'a> {
+    from: &'a [Vec<u8>],
+    to: &'a mut [Vec<u8>],
+}
+
+/// One raw exchange: receive and send every link's bytes with its neighbour, no pack or
+/// unpack unless `copies` asks for one contiguous copy of each message on each side; the
+/// time of posting the messages and of waiting for them is added to `split`.
 fn raw_exchange(
     world: &SimpleCommunicator,
     links: &[(usize, usize)],
-    send: &[Vec<u8>],
+    send: &mut [Vec<u8>],
     recv: &mut [Vec<u8>],
     split: &mut [f64; 2],
+    mut copies: Option<Copies<'_>>,
 ) {
     let t0 = Instant::now();
     gpubuf::mpi::mpi::request::scope(|scope| {
         let mut guards = Vec::with_capacity(2 * links.len());
-        for ((&(rank, _), buf), _) in links.iter().zip(recv.iter_mut()).zip(0..) {
+        for (&(rank, _), buf) in links.iter().zip(recv.iter_mut()) {
             let p = world.process_at_rank(rank as i32);
             guards.push(WaitGuard::from(p.immediate_receive_into_with_tag(scope, &mut buf[..], 77)));
         }
-        for (&(rank, _), buf) in links.iter().zip(send) {
+        for (k, (&(rank, _), buf)) in links.iter().zip(send.iter_mut()).enumerate() {
+            if let Some(c) = &copies {
+                buf.copy_from_slice(&c.from[k]);
+            }
+            let buf: &Vec<u8> = buf;
             let p = world.process_at_rank(rank as i32);
             guards.push(WaitGuard::from(p.immediate_send_with_tag(scope, &buf[..], 77)));
         }
@@ -104,6 +131,11 @@ fn raw_exchange(
         drop(guards);
         split[1] += t1.elapsed().as_secs_f64();
     });
+    if let Some(c) = &mut copies {
+        for (to, from) in c.to.iter_mut().zip(recv.iter()) {
+            to.copy_from_slice(from);
+        }
+    }
 }
 
 struct Run<'a> {
@@ -127,7 +159,7 @@ impl BackendVisitor for Run<'_> {
         let root = world.rank() == 0;
         let breakdown = std::env::var_os(BREAKDOWN_ENV).is_some_and(|v| !v.is_empty() && v != "0");
         let pb = if root {
-            progress((CASES.len() * 10 * opts.reps) as u64, "mpi")
+            progress((CASES.len() * 2 * WAYS.len() * (opts.reps + 2)) as u64, "mpi")
         } else {
             indicatif::ProgressBar::hidden()
         };
@@ -144,120 +176,94 @@ impl BackendVisitor for Run<'_> {
             let mut node: Vec<NDBuffer<B, f64>> = (0..6)
                 .map(|k| node_buffer(&b, &spec.shape, Order::C, Some(k as f64 + 0.5)))
                 .collect::<Result<_>>()?;
+            // Collective constructors (`on_node` and `new`), in the same order on every
+            // rank and dropped in the same order too; one updater per way an update is
+            // timed, so that each keeps its own phases.
             let scalars4 = vec![spec.clone(); 4];
             let one = std::slice::from_ref(&spec);
-            // Collective constructors (`on_node` and `new`), in the same order on
-            // every rank; dropped in the same order too.
-            let mut scalar = HaloUpdater::<B, f64>::on_node(
-                &b,
-                world,
-                &*part,
-                &scalars4,
-                None,
-                &format!("bench-{name}-s"),
-            )?;
-            let mut vector = HaloUpdater::<B, f64>::on_node(
-                &b,
-                world,
-                &*part,
-                one,
-                Some(one),
-                &format!("bench-{name}-v"),
-            )?;
-            let mut scalar_mp =
-                HaloUpdater::<B, f64>::new(&b, world, &*part, &scalars4, None, &format!("bench-{name}-sm"))?;
-            let mut vector_mp =
-                HaloUpdater::<B, f64>::new(&b, world, &*part, one, Some(one), &format!("bench-{name}-vm"))?;
+            let mut updaters = Vec::with_capacity(8);
+            for (kind, vectors) in [("s", None), ("v", Some(one))] {
+                let specs = if vectors.is_some() { one } else { &scalars4[..] };
+                for way in ["u", "w"] {
+                    let tag = format!("bench-{name}-{kind}{way}");
+                    updaters.push(HaloUpdater::<B, f64>::on_node(&b, world, &*part, specs, vectors, &tag)?);
+                }
+                for way in ["m", "p"] {
+                    let tag = format!("bench-{name}-{kind}{way}");
+                    let mut up = HaloUpdater::<B, f64>::new(&b, world, &*part, specs, vectors, &tag)?;
+                    // The packed way: every message packed and unpacked through the
+                    // link's buffers.
+                    up.set_datatypes(up.datatypes() && way == "m");
+                    updaters.push(up);
+                }
+            }
             // Borrowed exclusively by the updates: `on_node` copies straight from the
             // node-shared fields only when nothing else can write them meanwhile.
             let mut plain: Vec<&mut NDBuffer<B, f64>> = fields.iter_mut().collect();
             let mut shared: Vec<&mut NDBuffer<B, f64>> = node.iter_mut().collect();
-            let kinds =
-                [("scalar", &mut scalar, &mut scalar_mp, 4usize), ("vector", &mut vector, &mut vector_mp, 2)];
-            for (kind, up, up_mp, count) in kinds {
-                let links = up.message_bytes();
-                let send: Vec<Vec<u8>> = links.iter().map(|&(_, bytes)| vec![1u8; bytes]).collect();
-                let mut recv: Vec<Vec<u8>> = links.iter().map(|&(_, bytes)| vec![0u8; bytes]).collect();
-                let timed = |up: &mut HaloUpdater<'_, B, f64>,
-                             f: &mut [&mut NDBuffer<B, f64>]|
-                 -> Result<(f64, Phases)> {
-                    let mut calls = 0usize;
-                    let secs = mean_secs(world, opts.reps, || {
-                        pb.inc(1);
-                        if calls == 2 {
-                            // The breakdown counts the timed updates, not the two warm-ups.
-                            up.reset_phases();
-                        }
-                        calls += 1;
-                        let (scalars, vectors) = f.split_at_mut(4);
-                        if count == 4 {
-                            up.update(scalars, None)
-                        } else {
-                            let (x, y) = vectors.split_at_mut(1);
-                            up.update(x, Some(y))
-                        }
-                    })?;
-                    Ok((slowest(world, secs), up.phases()))
-                };
-                let (secs, phases) = timed(up, &mut shared)?;
-                let (secs_win, _) = timed(up, &mut plain)?;
-                let (secs_mp, phases_mp) = timed(up_mp, &mut plain)?;
-                // The same updater with MPI derived datatypes off: every message packed
-                // and unpacked through the link's buffers.
-                let picked = up_mp.datatypes();
-                up_mp.set_datatypes(false);
-                up_mp.reset_phases();
-                let (secs_pk, phases_pk) = timed(up_mp, &mut plain)?;
-                up_mp.set_datatypes(picked);
-                let mut split = [0.0f64; 2];
-                let mut runs = 0usize;
-                let raw = mean_secs(world, opts.reps, || {
-                    pb.inc(1);
-                    if runs == 2 {
+            let (scalar_ups, vector_ups) = updaters.split_at_mut(4);
+            for (kind, ups, count) in [("scalar", scalar_ups, 4usize), ("vector", vector_ups, 2)] {
+                let links = ups[0].message_bytes();
+                let buffers =
+                    |v: u8| -> Vec<Vec<u8>> { links.iter().map(|&(_, bytes)| vec![v; bytes]).collect() };
+                let (mut send, mut recv, from, mut to) = (buffers(1), buffers(0), buffers(2), buffers(0));
+                let (mut split, mut untimed) = ([0.0f64; 2], [0.0f64; 2]);
+                let mut secs = [0.0f64; WAYS.len()];
+                // Two warm-up rounds, then `reps` timed ones; each round runs every way
+                // once, each started together, in an order that changes every round.
+                for round in 0..opts.reps + 2 {
+                    if round == 2 {
+                        ups.iter_mut().for_each(|u| u.reset_phases());
                         split = [0.0; 2];
                     }
-                    runs += 1;
-                    raw_exchange(world, &links, &send, &mut recv, &mut split);
-                    Ok(())
-                })?;
-                let raw = slowest(world, raw);
-                results.push(Entry::versus(format!("{name}/{kind}_update_us"), secs * 1e6, "us", raw * 1e6));
-                results.push(Entry::versus(
-                    format!("{name}/{kind}_window_us"),
-                    secs_win * 1e6,
-                    "us",
-                    raw * 1e6,
-                ));
-                results.push(Entry::versus(
-                    format!("{name}/{kind}_messages_us"),
-                    secs_mp * 1e6,
-                    "us",
-                    raw * 1e6,
-                ));
-                results.push(Entry::versus(
-                    format!("{name}/{kind}_packed_us"),
-                    secs_pk * 1e6,
-                    "us",
-                    raw * 1e6,
-                ));
+                    for i in 0..WAYS.len() {
+                        let way = round_way(round, i);
+                        pb.inc(1);
+                        world.barrier();
+                        let t = Instant::now();
+                        if way == RAW {
+                            raw_exchange(world, &links, &mut send, &mut recv, &mut split, None);
+                        } else if way == FLOOR {
+                            let copies = Copies { from: &from, to: &mut to };
+                            raw_exchange(world, &links, &mut send, &mut recv, &mut untimed, Some(copies));
+                        } else {
+                            let f = if way == 0 { &mut shared } else { &mut plain };
+                            let (scalars, vectors) = f.split_at_mut(4);
+                            if count == 4 {
+                                ups[way].update(scalars, None)?;
+                            } else {
+                                let (x, y) = vectors.split_at_mut(1);
+                                ups[way].update(x, Some(y))?;
+                            }
+                        }
+                        if round >= 2 {
+                            secs[way] += t.elapsed().as_secs_f64();
+                        }
+                    }
+                }
+                let reps = opts.reps.max(1) as f64;
+                let us: Vec<f64> = secs.iter().map(|s| slowest(world, s / reps) * 1e6).collect();
+                for (way, &value) in WAYS.iter().zip(&us).take(RAW) {
+                    results.push(Entry::versus(format!("{name}/{kind}_{way}_us"), value, "us", us[RAW]));
+                }
                 if breakdown {
                     let names = ["post", "pack", "send", "wait", "unpack", "complete"];
-                    let labelled = [
-                        (kind.to_string(), phases),
-                        (format!("{kind}_messages"), phases_mp),
-                        (format!("{kind}_packed"), phases_pk),
+                    let labels = [
+                        kind.to_string(),
+                        String::new(),
+                        format!("{kind}_messages"),
+                        format!("{kind}_packed"),
                     ];
-                    for (label, p) in labelled {
-                        let mine: Vec<(&str, f64)> = names.into_iter().zip(p.mean_us()).collect();
+                    for (label, up) in labels.iter().zip(ups.iter()).filter(|(l, _)| !l.is_empty()) {
+                        let mine: Vec<(&str, f64)> = names.into_iter().zip(up.phases().mean_us()).collect();
                         phase_entries(world, &format!("{name}/{label}"), &mine, &mut results);
                     }
-                    let reps = opts.reps.max(1) as f64;
                     let raw_phases = [("post", split[0] * 1e6 / reps), ("wait", split[1] * 1e6 / reps)];
                     phase_entries(world, &format!("{name}/{kind}_raw"), &raw_phases, &mut results);
                 }
                 if count == 4 {
                     let received: usize = links.iter().map(|l| l.1).sum();
-                    let gbps = received as f64 / secs.max(1e-12) / 1e9;
+                    let gbps = received as f64 / (secs[0] / reps).max(1e-12) / 1e9;
                     results.push(Entry {
                         name: format!("{name}/halo_gbps"),
                         value: slowest_inverse(world, gbps),
