@@ -95,11 +95,11 @@ enum Command {
         #[arg(long, value_enum, default_value_t = BackendArg::Cpu)]
         backend: BackendArg,
         /// Cells per side of the global grid (1 to 2^20, and what fits in memory).
-        #[arg(long, default_value_t = 256)]
-        size: usize,
+        #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u64).range(1..=demo::MAX_SIZE as u64))]
+        size: u64,
         /// Time steps (at most 10^9).
-        #[arg(long, default_value_t = 200)]
-        steps: usize,
+        #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(0..=demo::MAX_STEPS as u64))]
+        steps: u64,
         /// Image of the final field: a heat map with its colour scale (.png or .svg).
         #[arg(long, default_value = "demo.png")]
         out: PathBuf,
@@ -111,6 +111,7 @@ enum Command {
     #[command(after_help = bench::help())]
     Bench {
         /// Which benchmark (listed below and by `gpubuf bench --list`).
+        #[arg(value_parser = bench::names(), hide_possible_values = true)]
         name: Option<String>,
         /// Backend to run on.
         #[arg(long, value_enum, default_value_t = BackendArg::Cpu)]
@@ -159,13 +160,15 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     // For a demo that does not fit: which size to shrink.
     let demo_size = match &cli.command {
-        Command::Demo { size, .. } => Some(*size),
+        // At most MAX_SIZE and MAX_STEPS (the parser's ranges): both fit in usize.
+        Command::Demo { size, .. } => Some(*size as usize),
         _ => None,
     };
     let result = match cli.command {
         Command::Info { json } => info::run(json),
         Command::Demo { backend, size, steps, out, snapshot_every } => {
             plot::check_path(&out).and_then(|()| {
+                let (size, steps) = (size as usize, steps as usize);
                 let opts = demo::DemoOptions { size, steps, out: Some(out), snapshot_every };
                 #[cfg(feature = "mpi")]
                 return demo_mpi::run(backend.into(), &opts);

@@ -95,7 +95,9 @@ fn bench_plots_png_or_svg_and_rejects_other_formats() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains(".png or .svg"));
     let out = gpubuf().args(["bench", "nope"]).output().expect("runs");
-    assert!(!out.status.success());
+    assert_eq!(out.status.code(), Some(2), "an unknown benchmark is a usage error");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("invalid value 'nope'") && err.contains("copy, pool"), "{err}");
 }
 
 #[test]
@@ -287,14 +289,15 @@ fn demo_too_big_for_memory_is_a_clear_error() {
 
 #[test]
 fn demo_options_out_of_range_are_clear_errors() {
+    // Usage errors, as clap's own (status 2), naming the flag, the value and the range.
     for (args, says) in [
-        (vec!["--size", "0"], "--size 0"),
-        (vec!["--size", "18446744073709551615"], "--size 18446744073709551615"),
-        (vec!["--size", "1048577"], "1 to 1048576"),
-        (vec!["--steps", "1000000001", "--size", "8"], "--steps 1000000001"),
+        (vec!["--size", "0"], "'0' for '--size"),
+        (vec!["--size", "18446744073709551616"], "'18446744073709551616' for '--size"),
+        (vec!["--size", "1048577"], "1..=1048576"),
+        (vec!["--steps", "1000000001", "--size", "8"], "'1000000001' for '--steps"),
     ] {
         let (code, stderr) = demo_failure(&args);
-        assert_eq!(code, 1, "{args:?}: {stderr}");
+        assert_eq!(code, 2, "{args:?}: {stderr}");
         assert!(stderr.contains(says), "{args:?}: {stderr}");
     }
     // The smallest grid still runs.

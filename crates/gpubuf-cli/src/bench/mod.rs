@@ -41,6 +41,12 @@ const BENCHES: [(&str, &str); 7] = [
     ("mpi", "halo updates across ranks (mpirun -n 6 or -n 4; feature mpi) vs a raw MPI exchange of the same bytes"),
 ];
 
+/// The benchmark names as the command line's parser takes them: any other name is a usage
+/// error.
+pub fn names() -> clap::builder::PossibleValuesParser {
+    clap::builder::PossibleValuesParser::new(BENCHES.map(|(n, _)| n))
+}
+
 /// The benchmark list, as `gpubuf bench --list` and `gpubuf bench --help` print it.
 pub fn help() -> String {
     let mut s = String::from(
