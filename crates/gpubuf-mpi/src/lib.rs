@@ -21,6 +21,7 @@ mod comm;
 mod datatypes;
 mod direct;
 mod hostplan;
+mod negation;
 mod node;
 mod phases;
 mod pull;

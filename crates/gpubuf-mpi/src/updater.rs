@@ -4,6 +4,7 @@ mod agree;
 mod flight;
 mod info;
 mod link;
+mod raw;
 mod refuse;
 mod typed;
 mod window;
@@ -160,6 +161,7 @@ impl<'c, B: Kernels, T: Element> HaloUpdater<'c, B, T> {
         agreed?;
         let aware = crate::cuda_aware()?.enabled;
         let shared = if on_node { Some(window::setup(world, &mut links)?) } else { None };
+        raw::setup(world, &mut links)?;
         let (mut recvs, mut sends) = (Vec::new(), Vec::new());
         let (mut credit_recvs, mut credit_sends) = (Vec::new(), Vec::new());
         let none = std::ptr::NonNull::<u8>::dangling().as_ptr();

@@ -11,7 +11,8 @@
 //!   shared-memory slot and unpacked from it);
 //! - `<kind>_messages_us`: `HaloUpdater::new`, every message through MPI, as the updater
 //!   picks (MPI derived datatypes on host links, gathered from the fields and scattered into
-//!   the halos by MPI where a side has no negation, unless `GPUBUF_MPI_DATATYPES=0`);
+//!   the halos by MPI, vector components across rotated edges negated by the receiver,
+//!   unless `GPUBUF_MPI_DATATYPES=0`);
 //! - `<kind>_packed_us`: the same with datatypes off (every message packed and unpacked
 //!   through the link's buffers);
 //! - `<kind>_floor_us`: the raw exchange with one contiguous copy of each message on each

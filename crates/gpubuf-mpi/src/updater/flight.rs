@@ -5,6 +5,9 @@
 use super::link::{Flight, Held};
 use super::refuse::refused;
 use super::{window, HaloUpdater, Lists};
+use crate::direct::places;
+use crate::hostplan;
+use crate::negation::negate_runs;
 use crate::phases::{lap, Phases};
 use gpubuf_buffer::NDBuffer;
 use gpubuf_core::{Element, Error, Kernels, Order, Result};
@@ -321,6 +324,20 @@ impl<'c, B: Kernels, T: Element> HaloUpdater<'c, B, T> {
         } else if let (Some(slot), Some(shared)) = (link.slot, &self.shared) {
             let q: Vec<&NDBuffer<B, T>> = xs.iter().chain(ys.into_iter().flatten()).copied().collect();
             direct = window::pack(link, k, slot, shared, &mut self.credits, &q, exclusive)?;
+        } else if let Some(plan) = &link.raw_send {
+            // Packed without negation (the neighbour negates), on this thread.
+            let q: Vec<&NDBuffer<B, T>> = xs.iter().chain(ys.into_iter().flatten()).copied().collect();
+            let (pack, _) = places(&link.transformer, false)?;
+            // SAFETY: `pack` is the first byte of the transformer's pack buffer, a host
+            // allocation of its own holding `plan.buffer_len()` elements (the plan is the
+            // transformer's pack plan, negation cleared), aligned to 64 bytes, disjoint from
+            // the quantities (they are the caller's arrays, never that buffer). Nothing else
+            // touches it now: the updater keeps the transformer private and never packs
+            // through it on this link, and this link's send (which MPI reads it for) is not
+            // active (the previous update completed it, this one starts it below).
+            if !unsafe { hostplan::run(plan, &q, pack, true)? } {
+                return Err(Error::invalid("a raw halo message needs host quantities"));
+            }
         } else if link.direct {
             link.transformer.async_pack(xs, ys)?;
             // The pack (a kernel on a device) must be complete before MPI reads its buffer.
@@ -409,9 +426,32 @@ impl<'c, B: Kernels, T: Element> HaloUpdater<'c, B, T> {
             return window::unpack(link, k, slot, shared, &mut self.credits, q.as_deref());
         }
         let Some((xs, ys)) = lists else { return Ok(()) };
-        if self.requests.typed(k, false) {
+        let typed = self.requests.typed(k, false);
+        if typed {
             // MPI scattered the message straight into the halos.
             self.typed_bytes = self.typed_bytes.saturating_add(link.bytes);
+        }
+        if let Some(runs) = &link.raw_recv {
+            // A raw message (see `crate::negation`): unpacked on this thread unless MPI
+            // scattered it, then negated where the neighbour did not.
+            let q: Vec<&NDBuffer<B, T>> = xs.iter().chain(ys.iter().flatten()).copied().collect();
+            let plan = &link.transformer.compiled().unpack;
+            if !typed {
+                let (_, unpack) = places(&link.transformer, false)?;
+                // SAFETY: `unpack` is the first byte of the transformer's unpack buffer, a
+                // host allocation of its own holding `plan.buffer_len()` elements, aligned
+                // to 64 bytes, disjoint from the quantities; this link's receive into it
+                // completed (MPI no longer writes it) and nothing else touches it.
+                if !unsafe { hostplan::run(plan, &q, unpack, false)? } {
+                    return Err(Error::invalid("a raw halo message needs host quantities"));
+                }
+            }
+            if !negate_runs(runs, plan.source_lens(), &q)? {
+                return Err(Error::invalid("a raw halo message needs host quantities"));
+            }
+            return Ok(());
+        }
+        if typed {
             return Ok(());
         }
         if !link.direct {

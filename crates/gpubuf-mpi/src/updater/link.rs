@@ -10,7 +10,7 @@ use crate::shm::Slot;
 use crate::staging::Staging;
 use crate::tags;
 use gpubuf_buffer::NDBuffer;
-use gpubuf_core::{Element, Error, Kernels, Result};
+use gpubuf_core::{CopyPlan, Element, Error, Kernels, Result};
 use gpubuf_halo::{
     receiving_boundary, Boundary, HaloDataTransformer, HaloExchangeSpec, Partitioner, QuantityHaloSpec,
 };
@@ -51,6 +51,12 @@ pub(super) struct Link<B: Kernels, T: Element> {
     /// The sides of the link MPI can move as derived datatypes, straight between the
     /// quantities (host memory, no negation, runs long enough; see [`crate::datatypes`]).
     pub(super) typed: Typed,
+    /// Messages to the neighbour go raw, the neighbour negating them (see
+    /// [`crate::negation`]): this rank's pack plan with its negation cleared.
+    pub(super) raw_send: Option<CopyPlan>,
+    /// Messages from the neighbour come raw: the elements of this rank's quantities (the
+    /// unpack plan's sources) to negate once one is unpacked, `(quantity, offset, len)`.
+    pub(super) raw_recv: Option<Vec<(usize, usize, usize)>>,
 }
 
 /// The quantities of an update in flight, held by the updater: the caller's own handles
@@ -199,6 +205,8 @@ pub(super) fn links<B: Kernels, T: Element>(
             maps: Vec::new(),
             pulled: 0,
             typed,
+            raw_send: None,
+            raw_recv: None,
         });
     }
     Ok((links, sigs))
