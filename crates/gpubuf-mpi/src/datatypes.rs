@@ -16,7 +16,15 @@ use std::ffi::c_int;
 
 /// The environment variable that switches the datatype path on (`1`) or off (`0`) for
 /// updaters made afterwards (unset: on, which measured faster with Open MPI's shared
-/// memory transport and no slower over TCP; see `docs/mpi.md`). [`crate::HaloUpdater::set_datatypes`] sets it per updater.
+/// memory transport and no slower over TCP; see `docs/mpi.md`).
+/// [`crate::HaloUpdater::set_datatypes`] sets it per updater afterwards.
+///
+/// Its value when an updater is made also decides negation at the receiver (see
+/// `docs/mpi.md`): where it is on for both ranks of a link (and both hold host memory
+/// moved in place, outside the node's window, with a non-complex, non-bool element type
+/// of 1 to 8 bytes, and MPI can move both sides as datatypes), a vector component that
+/// crosses a rotated edge travels raw and its receiver negates it in place; otherwise
+/// its sender negates it while packing. That choice stays for the updater's life.
 pub const DATATYPES_ENV: &str = "GPUBUF_MPI_DATATYPES";
 
 /// Whether updaters use datatypes when [`DATATYPES_ENV`] is unset.

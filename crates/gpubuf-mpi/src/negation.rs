@@ -121,8 +121,9 @@ unsafe fn negate(ptr: *mut u8, len: usize, dtype: DType) {
 }
 
 /// Negates the elements `runs` (from [`receiver_runs`]) of `quantities` (the unpack plan's
-/// sources, in order), in place, each allocation locked for the call. `Ok(false)` when a
-/// quantity is not host memory (nothing negated).
+/// sources, in order), in place, each allocation locked for the call, once the link's
+/// message is in their halos and while the update holds them. `Ok(false)` when a quantity
+/// is not host memory (nothing negated).
 ///
 /// # Errors
 /// As [`hostplan::with_quantities`]; [`Error::InvalidArgument`] for a run past its
@@ -144,8 +145,11 @@ pub(crate) fn negate_runs<B: Kernels, T: Element>(
             // SAFETY: `firsts[q]` is quantity `q`'s first element, with `need[q]` elements
             // from there inside its locked allocation (checked by `with_quantities`), and
             // `at + len <= need[q]` (checked above); element offsets keep the alignment.
-            // The allocations are locked for the call and the update holds the
-            // quantities, so nothing else touches them.
+            // The elements are halo elements of one link whose message is complete (the
+            // caller's contract), which nothing else reads or writes now: the update holds
+            // the quantities (no other handle of this process reaches them), and the
+            // requests of its other links that may still be active read compute-domain
+            // elements or write other links' halos, never these.
             unsafe { negate(firsts[q].wrapping_add(at * size), len, T::DTYPE) };
         }
     })?;
@@ -194,6 +198,9 @@ mod tests {
             (DType::F32, f32::NAN.to_ne_bytes().to_vec()),
             (DType::I32, i32::MIN.to_ne_bytes().to_vec()),
             (DType::I16, 7i16.to_ne_bytes().to_vec()),
+            (DType::I64, i64::MIN.to_ne_bytes().to_vec()),
+            (DType::U32, 5u32.to_ne_bytes().to_vec()),
+            (DType::F16, 0x3c00u16.to_ne_bytes().to_vec()),
             (DType::U8, vec![3u8]),
         ] {
             let size = bytes.len();

@@ -100,9 +100,11 @@ impl<'c, B: Kernels, T: Element> HaloUpdater<'c, B, T> {
     /// quantity `q` (for vectors its x component, with `y[q]` its y component). `name`
     /// identifies the updater on every rank (it seeds the message tags).
     ///
-    /// **Collective** over `comm` (one `MPI_Allreduce`, see [`HaloUpdater`]): every rank
-    /// calls it, in the same order relative to its other collective calls on `comm`, and
-    /// every rank gets the same outcome. Every message goes through MPI;
+    /// **Collective** over `comm` (one `MPI_Allreduce`, see [`HaloUpdater`], then an
+    /// `MPI_Comm_dup` of `comm` on which each link's two ranks settle who negates vector
+    /// components across rotated edges, see [`crate::DATATYPES_ENV`]): every rank calls it,
+    /// in the same order relative to its other collective calls on `comm`, and every rank
+    /// gets the same outcome. Every message goes through MPI;
     /// [`HaloUpdater::on_node`] moves the ones between host-memory ranks of one node
     /// through shared memory instead.
     ///

@@ -344,7 +344,7 @@ fn run_all<B: Kernels>(b: &B, world: &SimpleCommunicator, results: &mut Vec<(Str
             }
         }
         6 => {
-            for dt in [Dt::Off, Dt::On, Dt::Even] {
+            for dt in [Dt::Off, Dt::On, Dt::Even, Dt::Mixed] {
                 let r = cube_case(b, world, Mode::Messages, dt);
                 results.push((format!("{tag} cubed sphere 1x1 datatypes {dt:?}"), r));
             }

@@ -13,8 +13,9 @@
 //!   picks (MPI derived datatypes on host links, gathered from the fields and scattered into
 //!   the halos by MPI, vector components across rotated edges negated by the receiver,
 //!   unless `GPUBUF_MPI_DATATYPES=0`);
-//! - `<kind>_packed_us`: the same with datatypes off (every message packed and unpacked
-//!   through the link's buffers);
+//! - `<kind>_packed_us`: the same with datatypes switched off after it was made (every
+//!   message packed and unpacked through the link's buffers; vector messages across
+//!   rotated edges still negated by their receiver, as settled when it was made);
 //! - `<kind>_floor_us`: the raw exchange with one contiguous copy of each message on each
 //!   side (into the send buffer before its send, out of the receive buffer after the
 //!   receives): what any update of strided fields through MPI adds at least, where MPI moves

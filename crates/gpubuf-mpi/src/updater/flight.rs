@@ -68,7 +68,8 @@ impl<B: Kernels, T: Element> HaloUpdate<'_, '_, '_, B, T> {
     /// [`Error::InvalidArgument`] naming a neighbour that refused the update (its quantities
     /// were refused on its side, see [`HaloUpdater::start`]): the halos from it are not
     /// updated. An unpack or copy error (a driver error, a neighbour's node-shared memory
-    /// that is gone): that neighbour's halo is not updated, or partly. Either way the other
+    /// that is gone): that neighbour's halo is not updated, or partly, or (a message its
+    /// receiver negates) written without its negation. Either way the other
     /// messages complete, and the updater is ready for the next `start`. MPI errors.
     pub fn wait(mut self) -> Result<()> {
         self.complete()
@@ -328,13 +329,18 @@ impl<'c, B: Kernels, T: Element> HaloUpdater<'c, B, T> {
             // Packed without negation (the neighbour negates), on this thread.
             let q: Vec<&NDBuffer<B, T>> = xs.iter().chain(ys.into_iter().flatten()).copied().collect();
             let (pack, _) = places(&link.transformer, false)?;
-            // SAFETY: `pack` is the first byte of the transformer's pack buffer, a host
-            // allocation of its own holding `plan.buffer_len()` elements (the plan is the
-            // transformer's pack plan, negation cleared), aligned to 64 bytes, disjoint from
-            // the quantities (they are the caller's arrays, never that buffer). Nothing else
-            // touches it now: the updater keeps the transformer private and never packs
-            // through it on this link, and this link's send (which MPI reads it for) is not
-            // active (the previous update completed it, this one starts it below).
+            // SAFETY: `pack` is the first byte of the transformer's pack buffer, a whole
+            // host allocation of its own (checked when the link was made) holding
+            // `plan.buffer_len()` elements (the plan is the transformer's pack plan,
+            // negation cleared), aligned to 64 bytes, disjoint from the quantities (they are
+            // the caller's arrays, never that buffer). Nothing else touches it now: the
+            // updater keeps the transformer private and never packs through it on this
+            // link; the CPU backend has no work pending on it (its operations complete
+            // before they return, and every update ends by synchronising each
+            // transformer); and this link's send, which MPI reads it for, is not active
+            // (the previous update completed it, this one starts it below). The plan only
+            // reads the quantities, whose bytes other links' datatype sends may be reading
+            // meanwhile.
             if !unsafe { hostplan::run(plan, &q, pack, true)? } {
                 return Err(Error::invalid("a raw halo message needs host quantities"));
             }
@@ -432,21 +438,16 @@ impl<'c, B: Kernels, T: Element> HaloUpdater<'c, B, T> {
             self.typed_bytes = self.typed_bytes.saturating_add(link.bytes);
         }
         if let Some(runs) = &link.raw_recv {
-            // A raw message (see `crate::negation`): unpacked on this thread unless MPI
-            // scattered it, then negated where the neighbour did not.
-            let q: Vec<&NDBuffer<B, T>> = xs.iter().chain(ys.iter().flatten()).copied().collect();
-            let plan = &link.transformer.compiled().unpack;
+            // A raw message (see `crate::negation`): unpacked as any other unless MPI
+            // scattered it (the unpack complete before anything reads the halos), then
+            // negated where the neighbour did not.
             if !typed {
-                let (_, unpack) = places(&link.transformer, false)?;
-                // SAFETY: `unpack` is the first byte of the transformer's unpack buffer, a
-                // host allocation of its own holding `plan.buffer_len()` elements, aligned
-                // to 64 bytes, disjoint from the quantities; this link's receive into it
-                // completed (MPI no longer writes it) and nothing else touches it.
-                if !unsafe { hostplan::run(plan, &q, unpack, false)? } {
-                    return Err(Error::invalid("a raw halo message needs host quantities"));
-                }
+                link.transformer.async_unpack(xs, ys.as_deref())?;
+                link.transformer.synchronize()?;
             }
-            if !negate_runs(runs, plan.source_lens(), &q)? {
+            let q: Vec<&NDBuffer<B, T>> = xs.iter().chain(ys.iter().flatten()).copied().collect();
+            let need = link.transformer.compiled().unpack.source_lens();
+            if !negate_runs(runs, need, &q)? {
                 return Err(Error::invalid("a raw halo message needs host quantities"));
             }
             return Ok(());

@@ -21,15 +21,19 @@ impl<B: Kernels, T: Element> HaloUpdater<'_, B, T> {
     /// Whether host links move their messages as MPI derived datatypes, straight between
     /// the quantities and MPI with no pack or unpack buffer (see [`crate::DATATYPES_ENV`]
     /// for the default). A side whose plan negates (vector components across rotated
-    /// edges) or is too fragmented, a link through the shared window, device memory, and
-    /// an update whose quantities are reachable through other handles (a clone kept
-    /// elsewhere) still pack and unpack.
+    /// edges, unless the link settled at creation that its receiver negates) or is too
+    /// fragmented, a link through the shared window, device memory, and an update whose
+    /// quantities are reachable through other handles (a clone kept elsewhere) still pack
+    /// and unpack.
     pub fn datatypes(&self) -> bool {
         self.datatypes
     }
 
     /// Switches the datatype path on or off for the next updates (each side of a link
-    /// picks on its own: the two ranks need not agree).
+    /// picks on its own: the two ranks need not agree). Who negates the vector components
+    /// across a rotated edge was settled when the updater was made and does not change:
+    /// a raw message goes through the buffers when datatypes are off, and its receiver
+    /// still negates it.
     pub fn set_datatypes(&mut self, on: bool) {
         self.datatypes = on;
     }

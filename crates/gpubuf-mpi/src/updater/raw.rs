@@ -1,106 +1,146 @@
 //! The setup of negation at the receiver ([`crate::negation`]): the two ranks of each
-//! link say whether they can take part, and the sender of a message it would negate sends
-//! the receiver which elements those are.
+//! link say what they can do, the sender of a message it would negate tells the receiver
+//! which elements those are, and the receiver accepts or declines. Nothing between the
+//! first exchange and the last can fail on one rank alone, so both ranks of a link always
+//! reach the same decision and neither waits for a message the other does not send.
 
 use super::link::Link;
 use crate::datatypes::Side;
 use crate::direct::host;
 use crate::negation::{negated_ranges, receiver_runs, supported, without_negation};
-use gpubuf_core::{Element, Error, Kernels, Result};
+use gpubuf_core::{CopyPlan, Element, Error, Kernels, Result};
+use mpi::point_to_point::MatchedReceiveVec;
 use mpi::request::WaitGuard;
 use mpi::topology::{Communicator, SimpleCommunicator};
 use mpi::traits::{Destination, Source};
 
-/// Exchanges `u64` words over each link, on its own tags (the send tag to the neighbour,
-/// the receive tag from it): `outgoing[k]` to link `k`'s neighbour, and the neighbour's
-/// message into `incoming[k]`, which must be as long. Every receive is posted before the
-/// sends, and all complete before the return.
+/// Words of the first exchange: offers to send raw, offers to receive raw, ranges sent.
+const OFFER_WORDS: usize = 3;
+
+/// Sends `outgoing[k]` over link `k` (to its neighbour, on its send tag) where it is
+/// `Some`, and receives the neighbour's message of any length (on the link's receive tag)
+/// where `expect[k]`. Every send is started before the first receive, and all complete
+/// before the return.
 fn exchange<B: Kernels, T: Element>(
     comm: &SimpleCommunicator,
     links: &[Link<B, T>],
-    outgoing: &[Vec<u64>],
-    incoming: &mut [Vec<u64>],
-) {
+    outgoing: &[Option<Vec<u64>>],
+    expect: &[bool],
+) -> Vec<Option<Vec<u64>>> {
+    let mut incoming = vec![None; links.len()];
     mpi::request::scope(|scope| {
-        let mut guards = Vec::with_capacity(2 * links.len());
-        for (l, into) in links.iter().zip(incoming.iter_mut()) {
-            let p = comm.process_at_rank(l.rank as i32);
-            guards.push(WaitGuard::from(p.immediate_receive_into_with_tag(scope, &mut into[..], l.recv_tag)));
-        }
+        let mut guards = Vec::with_capacity(links.len());
         for (l, from) in links.iter().zip(outgoing) {
-            let p = comm.process_at_rank(l.rank as i32);
-            guards.push(WaitGuard::from(p.immediate_send_with_tag(scope, &from[..], l.send_tag)));
+            if let Some(from) = from {
+                let p = comm.process_at_rank(l.rank as i32);
+                guards.push(WaitGuard::from(p.immediate_send_with_tag(scope, &from[..], l.send_tag)));
+            }
+        }
+        for ((l, into), &want) in links.iter().zip(incoming.iter_mut()).zip(expect) {
+            if want {
+                let p = comm.process_at_rank(l.rank as i32);
+                *into = Some(p.matched_probe_with_tag(l.recv_tag).matched_receive_vec::<u64>().0);
+            }
         }
     });
+    incoming
+}
+
+/// What this rank offers on one link, settled before any message.
+struct Offer {
+    /// This rank's pack plan with its negation cleared, where it would send raw: it
+    /// negates something, and MPI can then gather the message as a datatype.
+    plan: Option<CopyPlan>,
+    /// The message elements that plan no longer negates.
+    ranges: Vec<(usize, usize)>,
+    /// This rank would receive raw: MPI can scatter the neighbour's message as a datatype.
+    recv: bool,
 }
 
 /// Collective between the ranks of each link (both call it, after the agreement and the
-/// window's setup, before any update; the links' tags carry nothing else meanwhile).
-/// A link takes part when, on both ranks, the datatype path is on by default
-/// ([`crate::DATATYPES_ENV`]), the element type is [`supported`], and the link moves host
-/// memory in place outside the node's window. Then a rank whose pack plan negates sends
-/// its messages raw, and its neighbour negates them.
+/// window's setup, before any update), on a duplicate of `comm` (so no message of the
+/// caller's can match one of these). A message goes raw when its sender could move it as
+/// a datatype once its negation is cleared and its receiver could scatter it as one, both
+/// ranks holding host memory moved in place outside the node's window, with the datatype
+/// path on by default ([`crate::DATATYPES_ENV`]) and an element type [`supported`]; the
+/// receiver may still decline (neighbour ranges that do not fit its message), and the
+/// message then stays negated by its sender.
 ///
 /// # Errors
-/// [`Error::InvalidArgument`] when a neighbour's negated elements do not fit this rank's
-/// message (not reached between ranks running this code: the agreement checked that the
-/// two sides describe the same message).
+/// None of its own: a link that cannot take part keeps the sender's negation.
 pub(super) fn setup<B: Kernels, T: Element>(
     comm: &SimpleCommunicator,
     links: &mut [Link<B, T>],
 ) -> Result<()> {
     let datatypes = crate::datatypes::from_env().unwrap_or(crate::datatypes::DEFAULT);
-    let mut offers = Vec::with_capacity(links.len());
-    let mut negated = Vec::with_capacity(links.len());
-    for l in links.iter() {
-        let able = datatypes && supported(T::DTYPE) && l.slot.is_none() && l.direct && host(&l.transformer)?;
-        let ranges = negated_ranges(&l.transformer.compiled().pack);
-        offers.push(vec![u64::from(able), ranges.len() as u64]);
-        negated.push(ranges);
-    }
-    let mut answers = vec![vec![0u64; 2]; links.len()];
-    exchange(comm, links, &offers, &mut answers);
-    let both: Vec<bool> = offers.iter().zip(&answers).map(|(o, a)| o[0] != 0 && a[0] != 0).collect();
-    let outgoing: Vec<Vec<u64>> = negated
-        .iter()
-        .zip(&both)
-        .map(
-            |(r, &b)| {
-                if b {
-                    r.iter().flat_map(|&(s, n)| [s as u64, n as u64]).collect()
-                } else {
-                    Vec::new()
-                }
-            },
-        )
-        .collect();
-    let mut incoming = Vec::with_capacity(links.len());
-    for ((l, a), &b) in links.iter().zip(&answers).zip(&both) {
-        // Each range holds at least one element of the message.
-        let count = usize::try_from(a[1]).ok().filter(|&n| n <= l.transformer.compiled().unpack.buffer_len());
-        let count = count
-            .ok_or_else(|| Error::invalid("a neighbour negates more ranges than its message has elements"))?;
-        incoming.push(vec![0u64; if b { 2 * count } else { 0 }]);
-    }
-    exchange(comm, links, &outgoing, &mut incoming);
     let size = T::DTYPE.size();
-    for (((l, ranges), got), &b) in links.iter_mut().zip(&negated).zip(&incoming).zip(&both) {
-        if !b {
-            continue;
-        }
-        if !ranges.is_empty() {
-            let plan = without_negation(&l.transformer.compiled().pack)?;
+    let offers: Vec<Offer> = links
+        .iter()
+        .map(|l| {
+            let able = datatypes
+                && supported(T::DTYPE)
+                && l.slot.is_none()
+                && l.direct
+                && host(&l.transformer).unwrap_or(false);
+            let pack = &l.transformer.compiled().pack;
+            let ranges = if able { negated_ranges(pack) } else { Vec::new() };
+            let plan = if ranges.is_empty() {
+                None
+            } else {
+                without_negation(pack).ok().filter(|p| Side::new(p, size).is_some())
+            };
+            Offer {
+                ranges: if plan.is_some() { ranges } else { Vec::new() },
+                plan,
+                recv: able && l.typed.recv.is_some(),
+            }
+        })
+        .collect();
+    let dup = comm.duplicate();
+    let first: Vec<Option<Vec<u64>>> = offers
+        .iter()
+        .map(|o| Some(vec![u64::from(o.plan.is_some()), u64::from(o.recv), o.ranges.len() as u64]))
+        .collect();
+    let answers = exchange(&dup, links, &first, &vec![true; links.len()]);
+    let word = |a: &Option<Vec<u64>>, k: usize| {
+        a.as_ref().filter(|a| a.len() == OFFER_WORDS).is_some_and(|a| a[k] != 0)
+    };
+    // Raw to the neighbour: this rank offers to send it, the neighbour to receive it; and
+    // the other way round. Both ranks of a link compute the same two answers.
+    let sends: Vec<bool> = offers.iter().zip(&answers).map(|(o, a)| o.plan.is_some() && word(a, 1)).collect();
+    let recvs: Vec<bool> = offers.iter().zip(&answers).map(|(o, a)| o.recv && word(a, 0)).collect();
+    let ranges: Vec<Option<Vec<u64>>> = offers
+        .iter()
+        .zip(&sends)
+        .map(|(o, &s)| s.then(|| o.ranges.iter().flat_map(|&(at, n)| [at as u64, n as u64]).collect()))
+        .collect();
+    let theirs = exchange(&dup, links, &ranges, &recvs);
+    // The receiver accepts what fits its message, and says so.
+    let runs: Vec<Option<Vec<(usize, usize, usize)>>> = links
+        .iter()
+        .zip(&theirs)
+        .map(|(l, got)| {
+            let got = got.as_ref()?;
+            if got.is_empty() || got.len() % 2 != 0 {
+                return None;
+            }
+            let pairs: Option<Vec<(usize, usize)>> = got
+                .chunks_exact(2)
+                .map(|w| Some((usize::try_from(w[0]).ok()?, usize::try_from(w[1]).ok()?)))
+                .collect();
+            receiver_runs(&l.transformer.compiled().unpack, &pairs?).ok()
+        })
+        .collect();
+    let verdicts: Vec<Option<Vec<u64>>> =
+        runs.iter().zip(&recvs).map(|(r, &want)| want.then(|| vec![u64::from(r.is_some())])).collect();
+    let accepted = exchange(&dup, links, &verdicts, &sends);
+    for (((l, offer), runs), ok) in links.iter_mut().zip(offers).zip(runs).zip(&accepted) {
+        if ok.as_ref().is_some_and(|v| v.first() == Some(&1)) {
+            let plan = offer.plan.ok_or_else(|| Error::invalid("a raw send without its plan"))?;
             l.typed.send = Side::new(&plan, size);
             l.raw_send = Some(plan);
         }
-        if !got.is_empty() {
-            let theirs: Vec<(usize, usize)> = got
-                .chunks_exact(2)
-                .map(|w| Some((usize::try_from(w[0]).ok()?, usize::try_from(w[1]).ok()?)))
-                .collect::<Option<_>>()
-                .ok_or_else(|| Error::invalid("a neighbour's negated ranges past this machine's sizes"))?;
-            l.raw_recv = Some(receiver_runs(&l.transformer.compiled().unpack, &theirs)?);
-        }
+        l.raw_recv = runs;
     }
     Ok(())
 }

@@ -40,18 +40,19 @@ pub fn cube_case<B: Kernels>(b: &B, comm: &SimpleCommunicator, mode: Mode, dt: D
             HaloUpdater::<B, f64>::new(b, comm, &part, one, y, name)
         }
     };
-    // With datatypes on even ranks only, ranks 3 to 5 also make their updaters with the
-    // datatype path off by default, so that they do not take part in negation at the
-    // receiver. Of the rotated links (0-2, 0-4, 1-3, 1-5, 2-4, 3-5), 0-2 then moves vector
-    // messages raw (the receiver negates), and the others negated by their sender, four
-    // of them between a rank that could and one that could not, all in the same update.
-    let odd_off = dt == Dt::Even && me >= 3;
+    // With datatypes on ranks 0 and 3 only (`Dt::Mixed`), rank 5 also makes its updaters
+    // with the datatype path off by default, so that it does not take part in negation
+    // at the receiver. Of the rotated links (0-2, 0-4, 1-3, 1-5, 2-4, 3-5), 1-5 and 3-5
+    // then keep negation at the sender, 0-2, 0-4 and 1-3 move raw vector messages
+    // between a datatype side and a buffer side, and 2-4 between two buffer sides, all
+    // in the same update.
+    let creation_off = dt == Dt::Mixed && me == 5;
     let before = std::env::var_os(gpubuf_mpi::DATATYPES_ENV);
-    if odd_off {
+    if creation_off {
         std::env::set_var(gpubuf_mpi::DATATYPES_ENV, "0");
     }
     let made = make(Some(one), "uv").and_then(|v| Ok((v, make(None, "s")?)));
-    if odd_off {
+    if creation_off {
         match before {
             Some(v) => std::env::set_var(gpubuf_mpi::DATATYPES_ENV, v),
             None => std::env::remove_var(gpubuf_mpi::DATATYPES_ENV),
@@ -68,6 +69,18 @@ pub fn cube_case<B: Kernels>(b: &B, comm: &SimpleCommunicator, mode: Mode, dt: D
     expect_copied(&sc_up, me, mode, 2)?;
     // Scalars have no negation: datatypes both ways when on.
     dt.check(&sc_up, me, mode)?;
+    // With datatypes on everywhere (and by default), the vector messages across rotated
+    // edges go raw, so every vector message moves as a datatype too, both ways.
+    let every = 2 * 2 * vec_up.message_bytes().iter().map(|l| l.1).sum::<usize>();
+    let default_on = std::env::var(gpubuf_mpi::DATATYPES_ENV).map_or(true, |v| v == "1");
+    let all_typed =
+        dt == Dt::On && default_on && mode == Mode::Messages && B::KIND == gpubuf_core::BackendKind::Cpu;
+    if all_typed && vec_up.typed_bytes() != every {
+        return Err(Error::invalid(format!(
+            "rank {me}: {} of {every} vector bytes moved as datatypes",
+            vec_up.typed_bytes()
+        )));
+    }
     let (gx, gy, gs) = (ux.to_ndarray()?, uy.to_ndarray()?, s.to_ndarray()?);
     for br in Boundary::ALL {
         let recv = spec.boundary_slices(br, false)?;

@@ -10,13 +10,17 @@ use gpubuf_mpi::HaloUpdater;
 pub enum Dt {
     Off,
     On,
-    /// On for even ranks only: each link has a datatype side and a buffer side.
+    /// On for even ranks only: each link between an even and an odd rank has a datatype
+    /// side and a buffer side.
     Even,
+    /// On for ranks 0 and 3 only (the cube: rotated links join ranks of one parity, so
+    /// `Even` never mixes the two sides on them; this does).
+    Mixed,
 }
 
 impl Dt {
     pub fn on(self, rank: usize) -> bool {
-        self == Dt::On || (self == Dt::Even && rank % 2 == 0)
+        self == Dt::On || (self == Dt::Even && rank % 2 == 0) || (self == Dt::Mixed && rank % 3 == 0)
     }
 
     /// Sets it on `up`, for `rank`.
