@@ -35,10 +35,13 @@ use gpubuf::{BackendKind, Result};
 use std::sync::OnceLock;
 
 /// Writes a line to the process's stderr directly, past libtest's output capture, so a
-/// skip is visible in a passing run.
+/// skip is visible in a passing run. The line and its newline go in one write: written
+/// in pieces (as `writeln!` does on the unbuffered stderr), libtest's `test ... ok` from
+/// another thread could land between them where both streams share a pipe, and a
+/// harness reading that pipe line by line would miss the result.
 pub fn say(line: &str) {
     use std::io::Write;
-    let _ = writeln!(std::io::stderr().lock(), "{line}");
+    let _ = std::io::stderr().lock().write_all(format!("{line}\n").as_bytes());
 }
 
 /// This test binary run again as a child process that runs the ignored test `name` alone,
