@@ -96,10 +96,30 @@ struct Section {
     closed: bool,
     /// Whether cargo said the process did not exit successfully.
     died: bool,
+    /// Passed and failed result lines counted.
+    passed: usize,
+    failed: usize,
+    /// The passed and failed counts of libtest's `test result:` line, when it has them.
+    reported: Option<(usize, usize)>,
+}
+
+/// The `N passed` and `M failed` counts of a libtest `test result:` line's text.
+fn reported(result: &str) -> Option<(usize, usize)> {
+    let mut passed = None;
+    let mut failed = None;
+    for part in result.split([';', '.']).map(str::trim) {
+        if let Some(n) = part.strip_suffix(" passed") {
+            passed = n.trim().parse().ok();
+        } else if let Some(n) = part.strip_suffix(" failed") {
+            failed = n.trim().parse().ok();
+        }
+    }
+    Some((passed?, failed?))
 }
 
 impl Section {
-    /// Adds this section's crash, if it is one, to `c`.
+    /// Adds this section's crash, if it is one, to `c`, and the results its `test result:`
+    /// line counts beyond the result lines read.
     fn finish(self, c: &mut Counts) {
         let name = if self.name.is_empty() { "a test binary".to_string() } else { self.name };
         match self.expected {
@@ -117,6 +137,13 @@ impl Section {
                 c.crashed.push(format!("{name} did not exit successfully before running any test"));
             }
             _ => {}
+        }
+        // Results whose line did not start a line of its own (another thread's output
+        // landed between libtest's `test NAME ... ` and its result): the binary's own
+        // summary has them.
+        if let Some((passed, failed)) = self.reported {
+            c.passed += passed.saturating_sub(self.passed);
+            c.failed += failed.saturating_sub(self.failed);
         }
     }
 }
@@ -149,8 +176,9 @@ pub fn count(lines: &[String]) -> Counts {
                 continue;
             }
         }
-        if t.starts_with("test result: ") {
+        if let Some(result) = t.strip_prefix("test result: ") {
             section.closed = true;
+            section.reported = reported(result);
             continue;
         }
         // Cargo's word that this binary failed; with no `running N tests` before it, the
@@ -166,6 +194,7 @@ pub fn count(lines: &[String]) -> Counts {
         match result.trim() {
             "ok" => {
                 c.passed += 1;
+                section.passed += 1;
                 let opencl = ["::opencl", "::opencl_blocks", "::opencl_items"];
                 let key = if opencl.iter().any(|s| name.ends_with(s)) {
                     "opencl"
@@ -176,7 +205,10 @@ pub fn count(lines: &[String]) -> Counts {
                 };
                 *c.per.entry(key).or_default() += 1;
             }
-            r if r.starts_with("FAILED") => c.failed += 1,
+            r if r.starts_with("FAILED") => {
+                c.failed += 1;
+                section.failed += 1;
+            }
             r if r.starts_with("ignored") => c.ignored += 1,
             _ => section.seen -= 1,
         }
@@ -266,6 +298,25 @@ mod tests {
         let c = count(&out);
         assert!(!ok);
         assert_eq!((c.passed, c.failed), (0, 4));
+    }
+
+    #[test]
+    fn results_split_by_other_output_count_from_the_summary_line() {
+        // A skip message from another thread between libtest's `test NAME ... ` and its
+        // result: neither line is a result line, the binary's summary still counts both.
+        let c = count(&lines(
+            "running 3 tests\n\
+             test a::x ... ok\n\
+             test a::y ... cuda skipped: no driver\n\
+             ok\n\
+             test a::z ... opencl skipped: no device\n\
+             FAILED\n\
+             test result: FAILED. 2 passed; 1 failed; 0 ignored; 0 measured; 0 filtered out; finished in 0.01s",
+        ));
+        assert_eq!((c.passed, c.failed), (2, 1));
+        assert!(c.crashed.is_empty());
+        assert_eq!(reported("ok. 22 passed; 0 failed; 1 ignored; finished in 0.45s"), Some((22, 0)));
+        assert_eq!(reported("ok."), None);
     }
 
     #[test]
