@@ -250,6 +250,42 @@ pub unsafe fn run_plan_serial(
     unsafe { execute_on(plan, dtype, arrays, buffer, dir, false) }
 }
 
+/// Negates `len` elements of `dtype` at `ptr` in place, on the calling thread, with the
+/// executor's own negation ([`crate::rows::Word::neg`], gpubuf's rule: floats flip the sign
+/// bit, integers wrap, complex numbers negate both lanes); nothing for a `bool`.
+///
+/// # Safety
+/// * `ptr` points to `len` elements of `dtype`, aligned to its lane's size, valid for reads
+///   and writes for the whole call;
+/// * nothing else accesses those bytes during the call.
+pub unsafe fn negate_in_place(ptr: *mut u8, len: usize, dtype: DType) {
+    use crate::rows::Word;
+    if !dtype.negatable() {
+        return;
+    }
+    let (lane, float) = (dtype.lane(), dtype.lane().is_float());
+    // A complex element is `lanes()` consecutive lanes; `len * lanes` lanes lie in the
+    // caller's `len` elements, so the product does not overflow.
+    let n = len * dtype.lanes();
+    /// # Safety
+    /// `n` aligned lanes of `W`'s width at `ptr`, nobody else's during the call.
+    unsafe fn each<W: Word>(ptr: *mut u8, n: usize, float: bool) {
+        // SAFETY: this function's contract.
+        let words = unsafe { std::slice::from_raw_parts_mut(ptr.cast::<W>(), n) };
+        words.iter_mut().for_each(|w| *w = w.neg(float));
+    }
+    // SAFETY: the caller's contract: `len` elements of `dtype` are `n` lanes of the lane's
+    // width at `ptr`, aligned to it, and nobody else's during the call.
+    unsafe {
+        match lane.size() {
+            1 => each::<u8>(ptr, n, float),
+            2 => each::<u16>(ptr, n, float),
+            4 => each::<u32>(ptr, n, float),
+            _ => each::<u64>(ptr, n, float),
+        }
+    }
+}
+
 /// [`execute`], spreading large plans over the task team when `parallel`.
 ///
 /// # Safety

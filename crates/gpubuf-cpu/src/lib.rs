@@ -42,7 +42,7 @@ mod view;
 
 pub use array::{with_array, with_array_mut, CpuStorage};
 pub use backend::{CpuBackend, CpuEvent, CpuPlan, CpuStream};
-pub use kernels::run_plan_serial;
+pub use kernels::{negate_in_place, run_plan_serial};
 pub use memory::{CpuMemory, ALIGN};
 /// The ndarray crate whose views [`CpuView`] lends (use it to name their types).
 pub use ndarray;
