@@ -251,7 +251,7 @@ pub unsafe fn run_plan_serial(
 }
 
 /// Negates `len` elements of `dtype` at `ptr` in place, on the calling thread, with the
-/// executor's own negation ([`crate::rows::Word::neg`], gpubuf's rule: floats flip the sign
+/// executor's own negation (its rows' `Word::neg`, gpubuf's rule: floats flip the sign
 /// bit, integers wrap, complex numbers negate both lanes); nothing for a `bool`.
 ///
 /// # Safety
