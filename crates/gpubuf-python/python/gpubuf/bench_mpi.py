@@ -18,16 +18,27 @@ rank's mean:
   same updater timed in Rust with no Python in the loop (``time_updates``), one run of
   each in turn (a rotation of just these two): what the binding costs;
 - ``<case>/<kind>_pace_installed_us``: pace-util's ``HaloUpdater`` with gpubuf installed
-  under it (``gpubuf.pace.install("cpu")``), against pace-util alone.
+  under it (``gpubuf.pace.install("cpu")``), against pace-util alone;
+- ``<case>/<kind>_vs_floor_us``: the ``on_node`` update against its floor
+  (``bench_mpi_floor.Floor``: the same synchronisation with the neighbours and a copy of
+  the same bytes out of their memory, contiguous, with nothing else), timed in the same
+  rotation: how far the update is from the least an update that copies each halo once
+  between processes costs on this machine;
+- ``<case>/<kind>_floor_vs_pace_us`` and ``<case>/<kind>_raw_vs_pace_us``: that floor, and
+  MPI's own exchange of the same bytes (``bench_mpi_floor.Raw``, the baseline of
+  ``gpubuf bench mpi``), against pace-util's ``HaloUpdater``: the best ``_vs_pace_us``
+  ratio a one-copy update could reach here, and where MPI alone stands.
 
 The pace-util figures need pace-util (``pip install pace-util``) and six ranks (its
-updaters are the cubed sphere's); otherwise ``<case>/<kind>_update_us`` and
-``<case>/<kind>_messages_us`` stand alone. Every rank takes part; rank 0 prints.
+updaters are the cubed sphere's); otherwise ``<case>/<kind>_update_us``,
+``<case>/<kind>_messages_us`` and ``<case>/<kind>_raw_us`` stand alone. Every rank takes part; rank 0 prints.
 """
 
 import time
 
 import numpy as np
+
+from .bench_mpi_floor import Floor, Raw
 
 CASES = [("c48", 48, 79), ("c96", 96, 79)]
 N_HALO = 3
@@ -135,28 +146,39 @@ def bench_mpi(backend=None, reps=15, quick=False):
             name = f"bench-{case}-{what}"
             up = gm.HaloUpdater.on_node(comm, part, [spec] * count, specs_y, name=name)
             upm = gm.HaloUpdater(comm, part, [spec] * count, specs_y, name=name + "-m")
+            floor = raw = None
             pace_up = None
             if loaded is not None and kind == "cube":
                 pace, hdt = loaded
                 pace_up = _pace_updater(comm, pace, hdt, spec, count, vector, base)
+            update = lambda: up.update(xs, ys)  # noqa: E731
             try:
                 # The Python/Rust ratio from a rotation of just those two.
                 t_py, t_rust = _round_robin(
-                    comm,
-                    reps,
-                    [lambda: up.update(xs, ys), lambda: up._native.time_updates(comm, xs, ys, 1, 0)],
+                    comm, reps, [update, lambda: up._native.time_updates(comm, xs, ys, 1, 0)]
                 )
-                others = [lambda: upm.update(px, py)] + ([pace_up] if pace_up else [])
-                rest = _round_robin(comm, reps, [lambda: up.update(xs, ys)] + others, block=reps // 3)
+                # Made after that rotation, so that it times the updater alone. Ranks on
+                # several nodes have no floor: the update stands in (and is dropped).
+                links = up._native.message_bytes
+                floor, raw = Floor.make(comm, links), Raw(comm, links)
+                others = [floor or update, raw, lambda: upm.update(px, py)] + ([pace_up] if pace_up else [])
+                rest = _round_robin(comm, reps, [update] + others, block=reps // 3)
             finally:
                 up.close()
                 upm.close()
+                for ref in (floor, raw):
+                    if ref is not None:
+                        ref.close()
+            t_up, t_floor, t_raw, t_msg = rest[:4]
             results.append(_entry(f"{case}/{what}_vs_rust_us", t_py * 1e6, "us", t_rust * 1e6))
+            if floor is not None:
+                results.append(_entry(f"{case}/{what}_vs_floor_us", t_up * 1e6, "us", t_floor * 1e6))
             if pace_up is None:
-                results.append(_entry(f"{case}/{what}_update_us", t_py * 1e6, "us"))
-                results.append(_entry(f"{case}/{what}_messages_us", rest[1] * 1e6, "us"))
+                results.append(_entry(f"{case}/{what}_update_us", t_up * 1e6, "us"))
+                results.append(_entry(f"{case}/{what}_messages_us", t_msg * 1e6, "us"))
+                results.append(_entry(f"{case}/{what}_raw_us", t_raw * 1e6, "us"))
                 continue
-            t_py, t_msg, t_pace = rest
+            t_pace = rest[4]
             from . import pace as gpace
 
             # Built and run with gpubuf installed (pace-util's own updater, built before,
@@ -164,9 +186,12 @@ def bench_mpi(backend=None, reps=15, quick=False):
             with gpace.installed("cpu"):
                 installed = _pace_updater(comm, pace, hdt, spec, count, vector, base)
                 t_inst = _round_robin(comm, reps, [installed, pace_up], block=reps // 3)
-            results.append(_entry(f"{case}/{what}_vs_pace_us", t_py * 1e6, "us", t_pace * 1e6))
+            results.append(_entry(f"{case}/{what}_vs_pace_us", t_up * 1e6, "us", t_pace * 1e6))
             results.append(_entry(f"{case}/{what}_messages_vs_pace_us", t_msg * 1e6, "us", t_pace * 1e6))
             results.append(_entry(f"{case}/{what}_pace_installed_us", t_inst[0] * 1e6, "us", t_inst[1] * 1e6))
+            if floor is not None:
+                results.append(_entry(f"{case}/{what}_floor_vs_pace_us", t_floor * 1e6, "us", t_pace * 1e6))
+            results.append(_entry(f"{case}/{what}_raw_vs_pace_us", t_raw * 1e6, "us", t_pace * 1e6))
     return results
 
 
