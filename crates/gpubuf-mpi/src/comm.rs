@@ -68,3 +68,31 @@ pub(crate) fn exchange<O: AsRef<[u64]>, I: AsMut<[u64]>>(
         }
     });
 }
+
+/// As [`exchange`], for messages of any length: sends `outgoing[k]` to `ranks[k]` and
+/// receives what `ranks[k]` sends this rank (in link order for a rank named twice, as the
+/// receives of [`exchange`] match), whatever its length. Collective between this rank and
+/// each of `ranks`.
+pub(crate) fn exchange_any(
+    comm: &SimpleCommunicator,
+    ranks: &[usize],
+    outgoing: &[Vec<u64>],
+    tag: i32,
+) -> Vec<Vec<u64>> {
+    use mpi::point_to_point::MatchedReceiveVec;
+    use mpi::request::WaitGuard;
+    use mpi::traits::{Destination, Source};
+    let mut incoming = Vec::with_capacity(ranks.len());
+    mpi::request::scope(|scope| {
+        let mut guards = Vec::with_capacity(ranks.len());
+        for (&r, from) in ranks.iter().zip(outgoing) {
+            let p = comm.process_at_rank(r as i32);
+            guards.push(WaitGuard::from(p.immediate_send_with_tag(scope, &from[..], tag)));
+        }
+        for &r in ranks {
+            let p = comm.process_at_rank(r as i32);
+            incoming.push(p.matched_probe_with_tag(tag).matched_receive_vec::<u64>().0);
+        }
+    });
+    incoming
+}

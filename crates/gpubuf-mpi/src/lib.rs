@@ -20,6 +20,7 @@ mod aware;
 mod comm;
 mod datatypes;
 mod direct;
+mod fault;
 mod hostplan;
 mod negation;
 mod node;

@@ -5,7 +5,7 @@
 //! [`crate::runs`], then returns the credit the sender waits for before its update
 //! completes. Links agree at setup whether each side can map the other's memory.
 
-use crate::comm::exchange;
+use crate::comm::{exchange, exchange_any};
 use crate::hostplan;
 use crate::node::{self, PeerMap, Probe, SegmentId};
 use crate::runs::{compose, pack_runs, Pull, RUN_WORDS};
@@ -64,28 +64,35 @@ pub(crate) fn agree(comm: &SimpleCommunicator, links: &[Side<'_>]) -> Result<Vec
     let ranks: Vec<usize> = links.iter().map(|l| l.rank).collect();
     exchange(comm, &ranks, &offers, &mut theirs, 2);
     // Each side tries to read the other's probe, then sends the verdict with its runs.
-    let mut outgoing = Vec::with_capacity(links.len());
-    let mut incoming = Vec::with_capacity(links.len());
-    for ((l, t), r) in links.iter().zip(&theirs).zip(&runs) {
-        // Not from this process itself (a rank that is its own neighbour): its halo and
-        // the cells it copies from would be two mappings of one file.
-        let readable = t[0] != pid
-            && t[1] != u64::MAX
-            && node::can_read(t[0], SegmentId { fd: t[1], ino: t[2], len: t[3], serial: 0 }, t[4]);
-        let mut words = Vec::with_capacity(1 + r.len());
-        words.push(u64::from(readable));
-        words.extend_from_slice(r);
-        outgoing.push(words);
-        // Each run moves at least one element of the message.
-        let count = usize::try_from(t[5]).ok().filter(|&n| n <= l.unpack.buffer_len());
-        let count = count
-            .ok_or_else(|| Error::invalid("a neighbour sent more runs than its message has elements"))?;
-        incoming.push(vec![0u64; 1 + count * RUN_WORDS]);
-    }
-    exchange(comm, &ranks, &outgoing, &mut incoming, 3);
+    let outgoing: Vec<Vec<u64>> = theirs
+        .iter()
+        .zip(&runs)
+        .map(|(t, r)| {
+            // Not from this process itself (a rank that is its own neighbour): its halo and
+            // the cells it copies from would be two mappings of one file.
+            let readable = t[0] != pid
+                && t[1] != u64::MAX
+                && node::can_read(t[0], SegmentId { fd: t[1], ino: t[2], len: t[3], serial: 0 }, t[4]);
+            let mut words = Vec::with_capacity(1 + r.len());
+            words.push(u64::from(readable));
+            words.extend_from_slice(r);
+            words
+        })
+        .collect();
+    // Received whatever their length, and checked only once every message moved: a rank
+    // that returned early here would leave its neighbours waiting.
+    let incoming = exchange_any(comm, &ranks, &outgoing, 3);
     drop(probe);
     let mut out = Vec::with_capacity(links.len());
     for (((l, t), mine), got) in links.iter().zip(&theirs).zip(&outgoing).zip(&incoming) {
+        // Each run moves at least one element of the message; the message is the verdict
+        // and the runs the offer announced.
+        let count = usize::try_from(t[5]).ok().filter(|&n| n <= l.unpack.buffer_len());
+        let fits =
+            count.and_then(|n| n.checked_mul(RUN_WORDS)?.checked_add(1)).is_some_and(|w| w == got.len());
+        if !fits {
+            return Err(Error::invalid("a neighbour sent more runs than its message has elements"));
+        }
         // The neighbour's plan has as many sources as this rank's (one per quantity and
         // boundary shared with it, the same boundaries counted from either side).
         let sources = l.pack.source_lens().len();

@@ -81,38 +81,32 @@ pub(crate) struct Want {
 /// neighbour whether their link goes through the window (both sides offered a slot), and
 /// returns the window and each link's slots (`None`: message passing).
 ///
+/// A rank whose slots do not fit a window still makes its part (empty) and exchanges the
+/// offers (none), so that the others never wait for it; that failure comes back with the
+/// window, in the second value, like the failures after the exchange.
+///
 /// # Errors
-/// MPI errors; [`Error::InvalidArgument`] when the slots overflow the window's size type,
-/// or when a neighbour's slot for this rank's message has another length than the message
-/// (the two ranks' halo specs differ) or lies outside its segment.
-pub(crate) fn setup(comm: &SimpleCommunicator, links: &[Want]) -> Result<(Shared, Vec<Option<Slot>>)> {
+/// MPI errors making the window (the other ranks may then wait in the collective call).
+/// In the second value: [`Error::InvalidArgument`] when the slots overflow the window's
+/// size type, or when a neighbour's slot for this rank's message has another length than
+/// the message (the two ranks' halo specs differ) or lies outside its segment.
+pub(crate) fn setup(
+    comm: &SimpleCommunicator,
+    links: &[Want],
+) -> Result<(Shared, Result<Vec<Option<Slot>>>)> {
     let node = comm.split_shared(comm.rank());
     let credits = comm.duplicate();
     let (group, node_group) = (comm.group(), node.group());
     // Offsets of this rank's slots in its segment, for links that can use one.
-    let mut offsets = Vec::with_capacity(links.len());
-    let mut len = 0usize;
-    for l in links {
-        let local = l.host
-            && l.rank <= i32::MAX as usize
-            && group.translate_rank(l.rank as i32, &node_group).is_some();
-        if local {
-            offsets.push(Some(len));
-            len = len
-                .checked_add(l.bytes)
-                .and_then(|n| n.checked_next_multiple_of(ALIGN))
-                .filter(|&n| n <= isize::MAX as usize)
-                .ok_or_else(|| Error::invalid("halo slots longer than a shared window can be"))?;
-        } else {
-            offsets.push(None);
-        }
-    }
-    // Room to move the first slot up to an aligned address (the segment's base may not be).
-    if len > 0 {
-        len = len
-            .checked_add(ALIGN)
-            .ok_or_else(|| Error::invalid("halo slots longer than a shared window can be"))?;
-    }
+    let laid = crate::fault::at("layout").and_then(|()| {
+        layout(links, |rank| {
+            rank <= i32::MAX as usize && group.translate_rank(rank as i32, &node_group).is_some()
+        })
+    });
+    let (offsets, len, failed) = match laid {
+        Ok((offsets, len)) => (offsets, len, None),
+        Err(e) => (vec![None; links.len()], 0, Some(e)),
+    };
     // SAFETY: reads an immutable handle constant of the MPI library.
     let mut win: ffi::MPI_Win = unsafe { ffi::RSMPI_WIN_NULL };
     let mut base: *mut u8 = std::ptr::null_mut();
@@ -134,6 +128,47 @@ pub(crate) fn setup(comm: &SimpleCommunicator, links: &[Want]) -> Result<(Shared
     // by `Shared::drop`), so loads and stores may use it at any time.
     check(unsafe { ffi::MPI_Win_lock_all(ffi::MPI_MODE_NOCHECK as c_int, win) }, "MPI_Win_lock_all")?;
     let shared = Shared { win, _node: node, credits };
+    let peer_of = |rank: usize| group.translate_rank(rank as i32, &node_group);
+    let slots = offer(&shared, base, win, peer_of, links, &offsets);
+    Ok((shared, failed.map_or(slots, Err)))
+}
+
+/// Where this rank's slots lie in its segment (`None`: a link to another node or to memory
+/// not on the host) and the segment's length.
+fn layout(links: &[Want], on_node: impl Fn(usize) -> bool) -> Result<(Vec<Option<usize>>, usize)> {
+    let too_long = || Error::invalid("halo slots longer than a shared window can be");
+    let mut offsets = Vec::with_capacity(links.len());
+    let mut len = 0usize;
+    for l in links {
+        if l.host && on_node(l.rank) {
+            offsets.push(Some(len));
+            len = len
+                .checked_add(l.bytes)
+                .and_then(|n| n.checked_next_multiple_of(ALIGN))
+                .filter(|&n| n <= isize::MAX as usize)
+                .ok_or_else(too_long)?;
+        } else {
+            offsets.push(None);
+        }
+    }
+    // Room to move the first slot up to an aligned address (the segment's base may not be).
+    if len > 0 {
+        len = len.checked_add(ALIGN).ok_or_else(too_long)?;
+    }
+    Ok((offsets, len))
+}
+
+/// Exchanges the slots' offers with every link's neighbour and checks theirs: each link's
+/// slots, where both sides offered one (`peer_of`: a rank of the updater's communicator
+/// in the window's group).
+fn offer(
+    shared: &Shared,
+    base: *mut u8,
+    win: ffi::MPI_Win,
+    peer_of: impl Fn(usize) -> Option<i32>,
+    links: &[Want],
+    offsets: &[Option<usize>],
+) -> Result<Vec<Option<Slot>>> {
     // Offer each neighbour its slot: an offset in this rank's segment, moved up so every
     // slot's address is aligned (each slot's start and the segment's spare `ALIGN` bytes
     // keep it inside the segment).
@@ -162,7 +197,7 @@ pub(crate) fn setup(comm: &SimpleCommunicator, links: &[Want]) -> Result<(Shared
                 l.rank, l.bytes
             )));
         }
-        let Some(peer) = group.translate_rank(l.rank as i32, &node_group) else {
+        let Some(peer) = peer_of(l.rank) else {
             return Err(Error::invalid("a neighbour offered a slot on another node"));
         };
         let (mut size, mut unit, mut peer_base): (ffi::MPI_Aint, c_int, *mut u8) =
@@ -194,5 +229,5 @@ pub(crate) fn setup(comm: &SimpleCommunicator, links: &[Want]) -> Result<(Shared
             _ => return Err(Error::invalid("a neighbour offered a slot outside its window")),
         }
     }
-    Ok((shared, slots))
+    Ok(slots)
 }

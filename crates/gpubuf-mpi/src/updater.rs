@@ -102,8 +102,9 @@ impl<'c, B: Kernels, T: Element> HaloUpdater<'c, B, T> {
     ///
     /// **Collective** over `comm` (one `MPI_Allreduce`, see [`HaloUpdater`], then an
     /// `MPI_Comm_dup` of `comm` on which each link's two ranks settle who negates vector
-    /// components across rotated edges, see [`crate::DATATYPES_ENV`]): every rank calls it,
-    /// in the same order relative to its other collective calls on `comm`, and every rank
+    /// components across rotated edges, see [`crate::DATATYPES_ENV`], then an
+    /// `MPI_Allgather` settling that every rank made its requests): every rank calls it, in
+    /// the same order relative to its other collective calls on `comm`, and every rank
     /// gets the same outcome. Every message goes through MPI;
     /// [`HaloUpdater::on_node`] moves the ones between host-memory ranks of one node
     /// through shared memory instead.
@@ -156,52 +157,18 @@ impl<'c, B: Kernels, T: Element> HaloUpdater<'c, B, T> {
                     ]
                 })
                 .collect();
-            Ok((links, sigs, tags::claim(world, name, keys)?))
+            let claim = tags::claim(world, name, keys)?;
+            Ok((links, sigs, claim, crate::cuda_aware()?.enabled))
         });
         let agreed = agree::agree(world, name, on_node, local.as_ref().ok().map(|l| l.1.as_slice()));
-        let (mut links, _, claim) = local?;
+        let (mut links, _, claim, aware) = local?;
         agreed?;
-        let aware = crate::cuda_aware()?.enabled;
-        let shared = if on_node { Some(window::setup(world, &mut links)?) } else { None };
-        raw::setup(world, &mut links)?;
-        let (mut recvs, mut sends) = (Vec::new(), Vec::new());
-        let (mut credit_recvs, mut credit_sends) = (Vec::new(), Vec::new());
-        let none = std::ptr::NonNull::<u8>::dangling().as_ptr();
-        for l in &links {
-            let (from, into, len) = if l.slot.is_some() {
-                (l.note_out.as_ptr(), l.note_in.as_ptr(), l.note_out.len())
-            } else if l.direct {
-                let (from, into) = places(&l.transformer, aware)?;
-                (from, into, l.bytes)
-            } else {
-                (l.send.as_ptr(), l.recv.as_ptr(), l.bytes)
-            };
-            let rank = l.rank as i32; // below the communicator's size, an i32
-            let comm = world.as_raw();
-            recvs.push(Message { comm, rank, tag: l.recv_tag, ptr: into, len });
-            sends.push(Message { comm, rank, tag: l.send_tag, ptr: from, len });
-            if let Some(s) = &shared {
-                let comm = s.credits.as_raw();
-                credit_recvs.push(Message { comm, rank, tag: 0, ptr: none, len: 0 });
-                credit_sends.push(Message { comm, rank, tag: 0, ptr: none, len: 0 });
-            }
-        }
-        // SAFETY: each message is `bytes` bytes of a staging buffer of its link (a raw
-        // allocation that never moves) or, for a direct link, of its transformer's pack or
-        // unpack buffer (a CPU or, with a CUDA-aware MPI, CUDA allocation of its own, held
-        // by the transformer, which the updater keeps private and never finalizes). They outlive the requests, which are
-        // dropped first. While a request is active nothing else touches its bytes: `start`
-        // writes a send's bytes only before starting it, and only once the previous
-        // update completed (it completes one left in flight first); `wait` reads a
-        // receive's bytes (or unpacks from them) only after it completed; a pack buffer is
-        // only written by packing, in `start`. A link through the shared window sends and
-        // receives its notes instead (staging buffers of the link, written by `start`
-        // before the send starts, read by `wait` after the receive completed). The communicators (the updater's, and the credits' duplicate in
-        // `shared`) are dropped after the requests.
-        let requests = unsafe { Requests::new(&recvs, &sends, false)? };
-        // SAFETY: zero-byte messages (no buffer), on the credits' communicator, which
-        // `shared` holds until after the requests are dropped.
-        let credits = unsafe { Requests::new(&credit_recvs, &credit_sends, true)? };
+        // Each step with the neighbours ends on every rank alike: an error of one rank is
+        // an error of all (`agree::settle`), so no rank waits for one that gave up.
+        let shared = if on_node { Some(window::setup(world, name, &mut links)?) } else { None };
+        let made =
+            raw::setup(world, &mut links).and_then(|()| requests(world, &links, shared.as_ref(), aware));
+        let (requests, credits) = agree::settle(world, name, "make its requests", made)?;
         Ok(HaloUpdater {
             requests,
             credits,
@@ -220,4 +187,56 @@ impl<'c, B: Kernels, T: Element> HaloUpdater<'c, B, T> {
             comm,
         })
     }
+}
+
+/// The persistent requests of `links` (messages on `world`, the updater's communicator,
+/// then the credits of the links through `shared`, on its duplicate), made once the links
+/// are settled; `aware`: CUDA buffers go to MPI in place.
+fn requests<B: Kernels, T: Element>(
+    world: &SimpleCommunicator,
+    links: &[Link<B, T>],
+    shared: Option<&Shared>,
+    aware: bool,
+) -> Result<(Requests, Requests)> {
+    let (mut recvs, mut sends) = (Vec::new(), Vec::new());
+    let (mut credit_recvs, mut credit_sends) = (Vec::new(), Vec::new());
+    let none = std::ptr::NonNull::<u8>::dangling().as_ptr();
+    for l in links {
+        let (from, into, len) = if l.slot.is_some() {
+            (l.note_out.as_ptr(), l.note_in.as_ptr(), l.note_out.len())
+        } else if l.direct {
+            let (from, into) = places(&l.transformer, aware)?;
+            (from, into, l.bytes)
+        } else {
+            (l.send.as_ptr(), l.recv.as_ptr(), l.bytes)
+        };
+        let rank = l.rank as i32; // below the communicator's size, an i32
+        let comm = world.as_raw();
+        recvs.push(Message { comm, rank, tag: l.recv_tag, ptr: into, len });
+        sends.push(Message { comm, rank, tag: l.send_tag, ptr: from, len });
+        if let Some(s) = shared {
+            let comm = s.credits.as_raw();
+            credit_recvs.push(Message { comm, rank, tag: 0, ptr: none, len: 0 });
+            credit_sends.push(Message { comm, rank, tag: 0, ptr: none, len: 0 });
+        }
+    }
+    // SAFETY: each message is `bytes` bytes of a staging buffer of its link (a raw
+    // allocation that never moves) or, for a direct link, of its transformer's pack or
+    // unpack buffer (a CPU or, with a CUDA-aware MPI, CUDA allocation of its own, held by
+    // the transformer, which the updater keeps private and never finalizes). The updater
+    // holds the links and the communicators (its own, and the credits' duplicate in
+    // `shared`) and drops its requests first; a caller that does not make the updater
+    // drops them before the links. While a request is active nothing else touches its
+    // bytes: `start` writes a send's bytes only before starting it, and only once the
+    // previous update completed (it completes one left in flight first); `wait` reads a
+    // receive's bytes (or unpacks from them) only after it completed; a pack buffer is
+    // only written by packing, in `start`. A link through the shared window sends and
+    // receives its notes instead (staging buffers of the link, written by `start` before
+    // the send starts, read by `wait` after the receive completed).
+    let requests = unsafe { Requests::new(&recvs, &sends, false)? };
+    // SAFETY: zero-byte messages (no buffer), on the credits' communicator, which `shared`
+    // holds until after the requests are dropped.
+    let credits = unsafe { Requests::new(&credit_recvs, &credit_sends, true)? };
+    crate::fault::at("requests")?;
+    Ok((requests, credits))
 }

@@ -26,6 +26,8 @@ mod held;
 mod mismatch;
 #[path = "mpi_halo/node.rs"]
 mod node;
+#[path = "mpi_halo/one_rank.rs"]
+mod one_rank;
 #[path = "mpi_halo/typed.rs"]
 mod typed;
 
@@ -286,6 +288,7 @@ fn shared_memory_cases<B: Kernels>(
     }
     results.push((format!("{tag} {name} node field with a clone"), held::clone_case(b, world, layout)));
     results.push((format!("{tag} {name} node field leaked update"), held::leak_case(b, world, layout)));
+    results.push((format!("{tag} {name} one rank fails"), one_rank::one_rank_case(b, world, layout)));
 }
 
 fn run_all<B: Kernels>(b: &B, world: &SimpleCommunicator, results: &mut Vec<(String, Result<()>)>) {

@@ -204,6 +204,28 @@ pub(super) fn agree(
     Err(Error::invalid(format!("halo updater {name:?} was made on no rank: {what}")))
 }
 
+/// Collective over `world`, for a step of making an updater after [`agree`] (every rank
+/// calls it at the same point, whatever its `local` outcome): `local`'s value on every rank
+/// when every rank succeeded, else an error on every rank, so that no rank goes on to a
+/// step that waits for one that gave up. A rank that failed returns its own error; the
+/// others [`Error::InvalidArgument`] naming the ranks that failed and `what` they did.
+///
+/// # Errors
+/// As described: this rank's own error, or the other ranks' failure.
+pub(super) fn settle<V>(world: &SimpleCommunicator, name: &str, what: &str, local: Result<V>) -> Result<V> {
+    let mine = [u64::from(local.is_err())];
+    let mut all = vec![0u64; usize::try_from(world.size()).unwrap_or(0)];
+    world.all_gather_into(&mine[..], &mut all[..]);
+    let failed: Vec<usize> = all.iter().enumerate().filter(|&(_, &f)| f != 0).map(|(r, _)| r).collect();
+    if failed.is_empty() || local.is_err() {
+        return local;
+    }
+    Err(Error::invalid(format!(
+        "halo updater {name:?} was made on no rank: rank(s) {} could not {what} (see their errors)",
+        list(&failed)
+    )))
+}
+
 /// The links of a gathered record: (peer, send, bytes sent, expected, bytes expected).
 fn record_links(r: &[u64]) -> impl Iterator<Item = &[u64]> {
     let n = usize::try_from(r[2]).unwrap_or(0).min(MAX_LINKS);

@@ -1,6 +1,7 @@
 //! Updaters with links through the node's shared window ([`HaloUpdater::on_node`]):
 //! packing straight into the neighbour's slot, unpacking straight from this rank's.
 
+use super::agree::settle;
 use super::{HaloUpdater, Link};
 use crate::comm::Comm;
 use crate::direct::host;
@@ -49,9 +50,11 @@ impl<'c, B: Kernels, T: Element> HaloUpdater<'c, B, T> {
     /// collective calls), and dropping the updater is collective over the node's ranks
     /// (the window is freed with `MPI_Win_free`): drop the updaters in the same order on
     /// every rank. Specs that disagree between ranks, or an error of this rank's own, are
-    /// an error on every rank before any window is made (as for [`HaloUpdater::new`]); an
-    /// MPI error making the window on some ranks only leaves the others waiting in the
-    /// collective calls.
+    /// an error on every rank before any window is made (as for [`HaloUpdater::new`]). A
+    /// rank that fails later (laying out its slots, settling the one-copy links, making its
+    /// requests) still takes part in that step, and the ranks settle each step together: an
+    /// error on every rank, the window freed by all at the same point. Only an MPI error
+    /// inside the window's collective calls on some ranks leaves the others waiting there.
     ///
     /// # Errors
     /// As [`HaloUpdater::new`]; MPI errors making the window.
@@ -72,17 +75,42 @@ impl<'c, B: Kernels, T: Element> HaloUpdater<'c, B, T> {
 
 /// Collective over `world`: the node's shared window with a slot for every link to a
 /// host-memory rank of the node, then, for those links, what the one-copy path needs (see
-/// [`pull::agree`]) and the notes' buffers.
+/// [`pull::agree`]) and the notes' buffers. A rank that fails at a step still takes part in
+/// it (offering nothing), and every rank settles the outcome after each ([`settle`]), so an
+/// error of one rank is an error on every rank and none waits for another; the window then
+/// goes on every rank at the same point.
+///
+/// # Errors
+/// This rank's errors, or [`Error::InvalidArgument`] naming the ranks that failed; MPI
+/// errors making the window (the other ranks may then wait in the collective call).
 pub(super) fn setup<B: Kernels, T: Element>(
     world: &SimpleCommunicator,
+    name: &str,
     links: &mut [Link<B, T>],
 ) -> Result<Shared> {
+    let mut failed = None;
     let wants: Vec<Want> = links
         .iter()
-        .map(|l| Ok(Want { rank: l.rank, bytes: l.bytes, host: host(&l.transformer)? }))
-        .collect::<Result<_>>()?;
+        .map(|l| {
+            let host = host(&l.transformer).unwrap_or_else(|e| {
+                failed.get_or_insert(e);
+                false
+            });
+            Want { rank: l.rank, bytes: l.bytes, host }
+        })
+        .collect();
     let (shared, slots) = shm::setup(world, &wants)?;
+    let slots = settle(world, name, "make the node's window", failed.map_or(slots, Err))?;
     links.iter_mut().zip(slots).for_each(|(l, s)| l.slot = s);
+    let one_copy = one_copy(&shared, links);
+    settle(world, name, "settle the one-copy links", one_copy)?;
+    Ok(shared)
+}
+
+/// For the links through the window: what the one-copy path needs ([`pull::agree`], on
+/// the credits' communicator) and the notes' buffers.
+fn one_copy<B: Kernels, T: Element>(shared: &Shared, links: &mut [Link<B, T>]) -> Result<()> {
+    let injected = crate::fault::at("one-copy");
     let sides: Vec<Side<'_>> = links
         .iter()
         .filter(|l| l.slot.is_some())
@@ -99,7 +127,7 @@ pub(super) fn setup<B: Kernels, T: Element>(
         let note = pull::note_words(l.transformer.compiled().pack.source_lens().len()) * 8;
         (l.note_out, l.note_in) = (Staging::new(note)?, Staging::new(note)?);
     }
-    Ok(shared)
+    injected
 }
 
 fn outside_host() -> Error {
