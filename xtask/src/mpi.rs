@@ -17,6 +17,11 @@ pub fn mpirun(n: &str) -> Command {
     cmd
 }
 
+/// Seconds an MPI test run may take (`mpirun --timeout`): the halo tests take well under
+/// a minute, so a run still going after this hangs (a rank waiting for one that gave up),
+/// and is stopped and counted as a failure instead of holding the step to its limit.
+const TEST_TIMEOUT_S: &str = "300";
+
 /// Reads the `N passed, M failed` line rank 0 printed.
 fn summary(lines: &[String]) -> Option<(usize, usize)> {
     lines.iter().rev().find_map(|l| {
@@ -37,6 +42,7 @@ pub fn run(tally: &mut Tally) {
             // across rotated edges are then negated by their sender, not their receiver.
             for (n, env) in [("4", None), ("6", None), ("6", Some("GPUBUF_MPI_DATATYPES=0"))] {
                 let mut cmd = mpirun(n);
+                cmd.args(["--timeout", TEST_TIMEOUT_S]);
                 if let Some(env) = env {
                     cmd.args(["-x", env]);
                 }
@@ -54,7 +60,14 @@ pub fn run(tally: &mut Tally) {
                             failed += 1;
                         }
                     }
-                    None => failed += 1,
+                    None => {
+                        failed += 1;
+                        tally.note(format!(
+                            "mpi: FAILED (mpirun -n {n} {}: no summary; a run that hangs is stopped after \
+                             {TEST_TIMEOUT_S} s)",
+                            env.unwrap_or("")
+                        ));
+                    }
                 }
             }
             tally.passed += passed;
@@ -77,7 +90,9 @@ fn window(tally: &mut Tally) {
         tally.fail("mpi window: FAILED (building the tests failed)".into());
         return;
     };
-    let (lines, ok) = run_tee(mpirun("4").arg(&exe).args(["--test-threads=1", "--color", "never"]));
+    let mut cmd = mpirun("4");
+    cmd.args(["--timeout", TEST_TIMEOUT_S]);
+    let (lines, ok) = run_tee(cmd.arg(&exe).args(["--test-threads=1", "--color", "never"]));
     // Every rank's libtest ends with `test result: ok. 1 passed; 0 failed; ...`, but the
     // ranks' output interleaves, and libtest writes `ok` and the counts in two pieces that
     // another rank's output can split: count the pieces with the counts.

@@ -70,9 +70,9 @@ pub(crate) fn exchange<O: AsRef<[u64]>, I: AsMut<[u64]>>(
 }
 
 /// As [`exchange`], for messages of any length: sends `outgoing[k]` to `ranks[k]` and
-/// receives what `ranks[k]` sends this rank (in link order for a rank named twice, as the
-/// receives of [`exchange`] match), whatever its length. Collective between this rank and
-/// each of `ranks`.
+/// receives what `ranks[k]` sends this rank, whatever its length (messages of one rank on
+/// one tag are received in the order it sent them, as by [`exchange`]). Collective between
+/// this rank and each of `ranks`.
 pub(crate) fn exchange_any(
     comm: &SimpleCommunicator,
     ranks: &[usize],

@@ -86,7 +86,8 @@ pub(crate) struct Want {
 /// window, in the second value, like the failures after the exchange.
 ///
 /// # Errors
-/// MPI errors making the window (the other ranks may then wait in the collective call).
+/// MPI errors making or locking the window (the other ranks may then wait, in the
+/// collective call or in the offers' exchange).
 /// In the second value: [`Error::InvalidArgument`] when the slots overflow the window's
 /// size type, or when a neighbour's slot for this rank's message has another length than
 /// the message (the two ranks' halo specs differ) or lies outside its segment.
@@ -111,7 +112,7 @@ pub(crate) fn setup(
     let mut win: ffi::MPI_Win = unsafe { ffi::RSMPI_WIN_NULL };
     let mut base: *mut u8 = std::ptr::null_mut();
     // SAFETY: MPI writes the base address and the window handle into the two locals; the
-    // size fits MPI_Aint (checked above); collective over `node`, which every rank of
+    // size fits MPI_Aint (at most `isize::MAX`, checked by `layout`); collective over `node`, which every rank of
     // `comm` reaches here (this function is collective over `comm`).
     let code = unsafe {
         ffi::MPI_Win_allocate_shared(
@@ -153,7 +154,7 @@ fn layout(links: &[Want], on_node: impl Fn(usize) -> bool) -> Result<(Vec<Option
     }
     // Room to move the first slot up to an aligned address (the segment's base may not be).
     if len > 0 {
-        len = len.checked_add(ALIGN).ok_or_else(too_long)?;
+        len = len.checked_add(ALIGN).filter(|&n| n <= isize::MAX as usize).ok_or_else(too_long)?;
     }
     Ok((offsets, len))
 }

@@ -168,7 +168,7 @@ impl<'c, B: Kernels, T: Element> HaloUpdater<'c, B, T> {
         let shared = if on_node { Some(window::setup(world, name, &mut links)?) } else { None };
         let made =
             raw::setup(world, &mut links).and_then(|()| requests(world, &links, shared.as_ref(), aware));
-        let (requests, credits) = agree::settle(world, name, "make its requests", made)?;
+        let (requests, credits) = agree::settle(world, name, "settle its links and make its requests", made)?;
         Ok(HaloUpdater {
             requests,
             credits,
@@ -226,7 +226,7 @@ fn requests<B: Kernels, T: Element>(
     // the transformer, which the updater keeps private and never finalizes). The updater
     // holds the links and the communicators (its own, and the credits' duplicate in
     // `shared`) and drops its requests first; a caller that does not make the updater
-    // drops them before the links. While a request is active nothing else touches its
+    // drops them before the links and `shared`. While a request is active nothing else touches its
     // bytes: `start` writes a send's bytes only before starting it, and only once the
     // previous update completed (it completes one left in flight first); `wait` reads a
     // receive's bytes (or unpacks from them) only after it completed; a pack buffer is

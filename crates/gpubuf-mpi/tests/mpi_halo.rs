@@ -308,6 +308,8 @@ fn run_all<B: Kernels>(b: &B, world: &SimpleCommunicator, results: &mut Vec<(Str
             results.push((format!("{tag} tile 1x1 errors"), errors_case(b, world, (1, 1))));
             results.push((format!("{tag} tile 1x1 tags"), tags_case(b, world, (1, 1))));
             results.push((format!("{tag} tile 1x1 communicators"), comms_case(b, world, (1, 1))));
+            results
+                .push((format!("{tag} tile 1x1 one rank fails"), one_rank::one_rank_case(b, world, (1, 1))));
         }
         4 => {
             for dt in [Dt::Off, Dt::On, Dt::Even] {
@@ -344,6 +346,8 @@ fn run_all<B: Kernels>(b: &B, world: &SimpleCommunicator, results: &mut Vec<(Str
                 results.push((format!("{tag} tile 1x2 periodic on node"), on_node));
                 let node = tile_case(b, &pair, (1, 2), true, Mode::Mixed, Dt::On);
                 results.push((format!("{tag} tile 1x2 periodic mixed memory"), node));
+                let r = one_rank::one_rank_case(b, &pair, (1, 2));
+                results.push((format!("{tag} tile 1x2 periodic one rank fails"), r));
             }
         }
         6 => {

@@ -54,7 +54,7 @@ impl<'c, B: Kernels, T: Element> HaloUpdater<'c, B, T> {
     /// rank that fails later (laying out its slots, settling the one-copy links, making its
     /// requests) still takes part in that step, and the ranks settle each step together: an
     /// error on every rank, the window freed by all at the same point. Only an MPI error
-    /// inside the window's collective calls on some ranks leaves the others waiting there.
+    /// making or locking the window on some ranks leaves the others waiting.
     ///
     /// # Errors
     /// As [`HaloUpdater::new`]; MPI errors making the window.
@@ -82,7 +82,7 @@ impl<'c, B: Kernels, T: Element> HaloUpdater<'c, B, T> {
 ///
 /// # Errors
 /// This rank's errors, or [`Error::InvalidArgument`] naming the ranks that failed; MPI
-/// errors making the window (the other ranks may then wait in the collective call).
+/// errors making or locking the window (the other ranks may then wait).
 pub(super) fn setup<B: Kernels, T: Element>(
     world: &SimpleCommunicator,
     name: &str,

@@ -1,22 +1,57 @@
 //! A failure of one rank while an updater is made, after the ranks agreed on the specs: an
-//! error on every rank (the failing rank's own, the others naming it), none left waiting,
-//! and the next updater of the same name works. The failures: a bad
+//! error on every rank (the failing rank's own, the others naming it and the step), none
+//! left waiting, and the next updater of the same name works. The failures: a bad
 //! `GPUBUF_MPI_CUDA_AWARE` on that rank alone, and the steps `GPUBUF_MPI_FAIL_AT` names
 //! (feature `fault-injection`, on in the tests).
 
 use super::Tile;
 use gpubuf_core::{Error, Kernels, Result};
+use gpubuf_mpi::mpi::collective::SystemOperation;
 use gpubuf_mpi::mpi::topology::{Communicator, SimpleCommunicator};
 use gpubuf_mpi::mpi::traits::CommunicatorCollectives;
 use gpubuf_mpi::HaloUpdater;
 
-/// Each failure on the last rank: variable, value, what that rank's error says, and
-/// whether it also fails `HaloUpdater::new` (the window's steps are `on_node`'s only).
-const FAILURES: [(&str, &str, &str, bool); 4] = [
-    ("GPUBUF_MPI_CUDA_AWARE", "maybe", "GPUBUF_MPI_CUDA_AWARE", true),
-    ("GPUBUF_MPI_FAIL_AT", "layout", "injected at layout", false),
-    ("GPUBUF_MPI_FAIL_AT", "one-copy", "injected at one-copy", false),
-    ("GPUBUF_MPI_FAIL_AT", "requests", "injected at requests", true),
+/// A failure on the last rank.
+struct Failure {
+    var: &'static str,
+    value: &'static str,
+    /// What the failing rank's error says.
+    own: &'static str,
+    /// What the other ranks' errors say after the failing rank.
+    others: &'static str,
+    /// Whether it fails `HaloUpdater::new` too (the window's steps are `on_node`'s only).
+    both: bool,
+}
+
+const FAILURES: [Failure; 4] = [
+    Failure {
+        var: "GPUBUF_MPI_CUDA_AWARE",
+        value: "maybe",
+        own: "GPUBUF_MPI_CUDA_AWARE",
+        others: "could not make it",
+        both: true,
+    },
+    Failure {
+        var: "GPUBUF_MPI_FAIL_AT",
+        value: "layout",
+        own: "injected at layout",
+        others: "could not make the node's window",
+        both: false,
+    },
+    Failure {
+        var: "GPUBUF_MPI_FAIL_AT",
+        value: "one-copy",
+        own: "injected at one-copy",
+        others: "could not settle the one-copy links",
+        both: false,
+    },
+    Failure {
+        var: "GPUBUF_MPI_FAIL_AT",
+        value: "requests",
+        own: "injected at requests",
+        others: "could not settle its links and make its requests",
+        both: true,
+    },
 ];
 
 pub fn one_rank_case<B: Kernels>(b: &B, comm: &SimpleCommunicator, layout: (usize, usize)) -> Result<()> {
@@ -24,11 +59,12 @@ pub fn one_rank_case<B: Kernels>(b: &B, comm: &SimpleCommunicator, layout: (usiz
     let spec = std::slice::from_ref(&tile.spec);
     let bad = comm.size() as usize - 1;
     let mut step = 0u64;
-    for (var, value, says, both) in FAILURES {
-        for on_node in [false, true].into_iter().filter(|&n| n || both) {
+    for f in FAILURES {
+        for on_node in [false, true].into_iter().filter(|&n| n || f.both) {
             step += 1;
+            let before = std::env::var_os(f.var);
             if tile.me == bad {
-                std::env::set_var(var, value);
+                std::env::set_var(f.var, f.value);
             }
             let made = if on_node {
                 HaloUpdater::<B, f64>::on_node(b, comm, &tile.part, spec, None, "one rank")
@@ -36,26 +72,36 @@ pub fn one_rank_case<B: Kernels>(b: &B, comm: &SimpleCommunicator, layout: (usiz
                 HaloUpdater::<B, f64>::new(b, comm, &tile.part, spec, None, "one rank")
             };
             if tile.me == bad {
-                std::env::remove_var(var);
+                match &before {
+                    Some(v) => std::env::set_var(f.var, v),
+                    None => std::env::remove_var(f.var),
+                }
             }
-            let want = if tile.me == bad { says.to_string() } else { format!("rank(s) {bad} could not") };
+            let want = if tile.me == bad { f.own.to_string() } else { format!("rank(s) {bad} {}", f.others) };
             let how = if on_node { "on_node" } else { "new" };
             match made {
                 Err(Error::InvalidArgument(msg)) if msg.contains(&want) => {}
                 other => {
                     return Err(Error::invalid(format!(
-                        "{how} with {var}={value} on rank {bad}: rank {} expected an error saying {want:?}, got {:?}",
+                        "{how} with {}={} on rank {bad}: rank {} expected an error saying {want:?}, got {:?}",
+                        f.var,
+                        f.value,
                         tile.me,
                         other.map(drop)
                     )))
                 }
             }
-            // Every rank left the try at the same collective call: a rank that returned
-            // early would be a call ahead of the others (or they would wait for it).
-            let mut all = vec![0u64; comm.size() as usize];
-            comm.all_gather_into(&[step][..], &mut all[..]);
-            if all.iter().any(|&s| s != step) {
-                return Err(Error::invalid(format!("{how} with {var}={value}: ranks out of step: {all:?}")));
+            // Every rank left the try at the same collective call. The check has another
+            // shape than the steps' own (a sum of two words, not a gather of one), so a
+            // rank a call ahead of the others cannot pass it by pairing with theirs.
+            let (mine, mut sum) = ([step, 1u64], [0u64; 2]);
+            comm.all_reduce_into(&mine[..], &mut sum[..], SystemOperation::sum());
+            let n = comm.size() as u64;
+            if sum != [step * n, n] {
+                return Err(Error::invalid(format!(
+                    "{how} with {}={}: the ranks left at different calls ({sum:?})",
+                    f.var, f.value
+                )));
             }
         }
     }
