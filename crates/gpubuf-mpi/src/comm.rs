@@ -69,29 +69,44 @@ pub(crate) fn exchange<O: AsRef<[u64]>, I: AsMut<[u64]>>(
     });
 }
 
-/// As [`exchange`], for messages of any length: sends `outgoing[k]` to `ranks[k]` and
-/// receives what `ranks[k]` sends this rank, whatever its length (messages of one rank on
-/// one tag are received in the order it sent them, as by [`exchange`]). Collective between
-/// this rank and each of `ranks`.
+/// A neighbour in [`exchange_any`]: its rank, the tag of this rank's message to it, and
+/// the tag of its message to this rank.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Peer {
+    pub rank: usize,
+    pub send_tag: i32,
+    pub recv_tag: i32,
+}
+
+/// As [`exchange`], for messages of any length, each optional: sends `outgoing[k]` to
+/// `peers[k]` where it is `Some`, and receives what `peers[k]` sends this rank where
+/// `expect[k]`, whatever its length (messages of one rank on one tag are received in the
+/// order it sent them, as by [`exchange`]). Every send is started before the first
+/// receive, and all complete before the return. Collective between this rank and each of
+/// `peers`.
 pub(crate) fn exchange_any(
     comm: &SimpleCommunicator,
-    ranks: &[usize],
-    outgoing: &[Vec<u64>],
-    tag: i32,
-) -> Vec<Vec<u64>> {
+    peers: &[Peer],
+    outgoing: &[Option<Vec<u64>>],
+    expect: &[bool],
+) -> Vec<Option<Vec<u64>>> {
     use mpi::point_to_point::MatchedReceiveVec;
     use mpi::request::WaitGuard;
     use mpi::traits::{Destination, Source};
-    let mut incoming = Vec::with_capacity(ranks.len());
+    let mut incoming = vec![None; peers.len()];
     mpi::request::scope(|scope| {
-        let mut guards = Vec::with_capacity(ranks.len());
-        for (&r, from) in ranks.iter().zip(outgoing) {
-            let p = comm.process_at_rank(r as i32);
-            guards.push(WaitGuard::from(p.immediate_send_with_tag(scope, &from[..], tag)));
+        let mut guards = Vec::with_capacity(peers.len());
+        for (p, from) in peers.iter().zip(outgoing) {
+            if let Some(from) = from {
+                let to = comm.process_at_rank(p.rank as i32);
+                guards.push(WaitGuard::from(to.immediate_send_with_tag(scope, &from[..], p.send_tag)));
+            }
         }
-        for &r in ranks {
-            let p = comm.process_at_rank(r as i32);
-            incoming.push(p.matched_probe_with_tag(tag).matched_receive_vec::<u64>().0);
+        for ((p, into), &want) in peers.iter().zip(incoming.iter_mut()).zip(expect) {
+            if want {
+                let from = comm.process_at_rank(p.rank as i32);
+                *into = Some(from.matched_probe_with_tag(p.recv_tag).matched_receive_vec::<u64>().0);
+            }
         }
     });
     incoming

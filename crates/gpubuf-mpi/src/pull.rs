@@ -5,7 +5,7 @@
 //! [`crate::runs`], then returns the credit the sender waits for before its update
 //! completes. Links agree at setup whether each side can map the other's memory.
 
-use crate::comm::{exchange, exchange_any};
+use crate::comm::{exchange, exchange_any, Peer};
 use crate::hostplan;
 use crate::node::{self, PeerMap, Probe, SegmentId};
 use crate::runs::{compose, pack_runs, Pull, RUN_WORDS};
@@ -64,7 +64,7 @@ pub(crate) fn agree(comm: &SimpleCommunicator, links: &[Side<'_>]) -> Result<Vec
     let ranks: Vec<usize> = links.iter().map(|l| l.rank).collect();
     exchange(comm, &ranks, &offers, &mut theirs, 2);
     // Each side tries to read the other's probe, then sends the verdict with its runs.
-    let outgoing: Vec<Vec<u64>> = theirs
+    let outgoing: Vec<Option<Vec<u64>>> = theirs
         .iter()
         .zip(&runs)
         .map(|(t, r)| {
@@ -76,15 +76,18 @@ pub(crate) fn agree(comm: &SimpleCommunicator, links: &[Side<'_>]) -> Result<Vec
             let mut words = Vec::with_capacity(1 + r.len());
             words.push(u64::from(readable));
             words.extend_from_slice(r);
-            words
+            Some(words)
         })
         .collect();
     // Received whatever their length, and checked only once every message moved: a rank
     // that returned early here would leave its neighbours waiting.
-    let incoming = exchange_any(comm, &ranks, &outgoing, 3);
+    let peers: Vec<Peer> = ranks.iter().map(|&rank| Peer { rank, send_tag: 3, recv_tag: 3 }).collect();
+    let incoming = exchange_any(comm, &peers, &outgoing, &vec![true; peers.len()]);
     drop(probe);
     let mut out = Vec::with_capacity(links.len());
-    for (((l, t), mine), got) in links.iter().zip(&theirs).zip(&outgoing).zip(&incoming) {
+    for (((l, t), mine), got) in links.iter().zip(&theirs).zip(outgoing.iter().flatten()).zip(incoming.iter())
+    {
+        let got = got.as_deref().unwrap_or_default();
         // Each run moves at least one element of the message; the message is the verdict
         // and the runs the offer announced.
         let count = usize::try_from(t[5]).ok().filter(|&n| n <= l.unpack.buffer_len());

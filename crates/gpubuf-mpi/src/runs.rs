@@ -4,6 +4,7 @@
 //! on both sides.
 
 use gpubuf_core::{CopyPlan, DType, Error, Result};
+use gpubuf_cpu::negate_in_place;
 
 /// Numbers per run in the sender's description ([`pack_runs`]).
 pub(crate) const RUN_WORDS: usize = 5;
@@ -113,35 +114,6 @@ pub(crate) fn compose(sender: &[u64], unpack: &CopyPlan, quantities: usize) -> R
     Ok(Pull { runs, src_extent })
 }
 
-/// Negates `n` elements of `dtype` at `p` in place, by gpubuf's rule
-/// ([`DType::negate_bytes`]).
-///
-/// # Safety
-/// `p` is valid for reads and writes of `n` elements of `dtype`, aligned for it.
-unsafe fn negate(p: *mut u8, n: usize, dtype: DType) {
-    match (dtype.is_float(), dtype.size()) {
-        (true, 8) => {
-            for k in 0..n {
-                // SAFETY: element `k` < `n` of the caller's aligned range.
-                unsafe { *p.cast::<u64>().add(k) ^= 1 << 63 };
-            }
-        }
-        (true, 4) => {
-            for k in 0..n {
-                // SAFETY: as above.
-                unsafe { *p.cast::<u32>().add(k) ^= 1 << 31 };
-            }
-        }
-        (_, size) => {
-            for k in 0..n {
-                // SAFETY: element `k` < `n` of the caller's range, `size` bytes.
-                let bytes = unsafe { std::slice::from_raw_parts_mut(p.add(k * size), size) };
-                dtype.negate_bytes(bytes);
-            }
-        }
-    }
-}
-
 impl Pull {
     /// Moves every run: from `srcs[q]` (the sender's quantity `q`, its first element) to
     /// `dsts[q]` (this rank's quantity `q`).
@@ -163,12 +135,13 @@ impl Pull {
             };
             // SAFETY: the run lies inside the source's `src_extent` elements (composed so)
             // and inside the destination's plan length (the unpack plan placed each of its
-            // elements there); sources and destinations are disjoint (the caller's promise).
+            // elements there); sources and destinations are disjoint, and the destination
+            // aligned for `dtype` and nobody else's during the call (the caller's promise).
             unsafe {
                 let (from, to) = (s.add(r.src * size), d.add(r.dst * size));
                 std::ptr::copy_nonoverlapping(from, to, r.len * size);
                 if r.negate {
-                    negate(to, r.len, dtype);
+                    negate_in_place(to, r.len, dtype);
                 }
             }
         }
@@ -224,6 +197,28 @@ mod tests {
         assert!(dst0.iter().enumerate().all(|(k, &v)| placed(k) || v == 0.0));
         assert!(dst1.iter().enumerate().all(|(k, &v)| (2..4).contains(&k) || v == 0.0));
         assert_eq!(pull.runs.len(), 6 + 2);
+        Ok(())
+    }
+
+    #[test]
+    fn runs_negated_once_are_negated_by_gpubufs_rule() -> Result<()> {
+        // The sender negates its 4 elements, the receiver does not: the copy negates them,
+        // -0.0 and NaN by their sign bit, integers wrapping.
+        let pack = CopyPlan::new(vec![4], 4, vec![Segment::new(0, 0, &[(4, 1)], 0)?.negated(true)])?;
+        let unpack = CopyPlan::new(vec![4], 4, vec![Segment::new(0, 0, &[(4, 1)], 0)?])?;
+        let pull = compose(&pack_runs(&pack), &unpack, 1)?;
+        let f = [-0.0f32, f32::NAN, 1.5, -f32::INFINITY];
+        let i = [i32::MIN, -1, 0, 7];
+        let mut got_f = [0.0f32; 4];
+        let mut got_i = [0i32; 4];
+        // SAFETY: four live, aligned elements on each side; disjoint.
+        unsafe {
+            pull.run(&[f.as_ptr().cast()], &[got_f.as_mut_ptr().cast()], DType::F32)?;
+            pull.run(&[i.as_ptr().cast()], &[got_i.as_mut_ptr().cast()], DType::I32)?;
+        }
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&got_f), bits(&f).iter().map(|b| b ^ (1 << 31)).collect::<Vec<_>>());
+        assert_eq!(got_i, [i32::MIN, 1, 0, -7]);
         Ok(())
     }
 

@@ -5,45 +5,26 @@
 //! reach the same decision and neither waits for a message the other does not send.
 
 use super::link::Link;
+use crate::comm::{exchange_any, Peer};
 use crate::datatypes::Side;
 use crate::direct::host;
 use crate::negation::{negated_ranges, receiver_runs, supported, without_negation};
 use gpubuf_core::{CopyPlan, Element, Error, Kernels, Result};
-use mpi::point_to_point::MatchedReceiveVec;
-use mpi::request::WaitGuard;
 use mpi::topology::{Communicator, SimpleCommunicator};
-use mpi::traits::{Destination, Source};
 
 /// Words of the first exchange: offers to send raw, offers to receive raw, ranges sent.
 const OFFER_WORDS: usize = 3;
 
-/// Sends `outgoing[k]` over link `k` (to its neighbour, on its send tag) where it is
-/// `Some`, and receives the neighbour's message of any length (on the link's receive tag)
-/// where `expect[k]`. Every send is started before the first receive, and all complete
-/// before the return.
+/// [`exchange_any`] over each link, on the link's own tags.
 fn exchange<B: Kernels, T: Element>(
     comm: &SimpleCommunicator,
     links: &[Link<B, T>],
     outgoing: &[Option<Vec<u64>>],
     expect: &[bool],
 ) -> Vec<Option<Vec<u64>>> {
-    let mut incoming = vec![None; links.len()];
-    mpi::request::scope(|scope| {
-        let mut guards = Vec::with_capacity(links.len());
-        for (l, from) in links.iter().zip(outgoing) {
-            if let Some(from) = from {
-                let p = comm.process_at_rank(l.rank as i32);
-                guards.push(WaitGuard::from(p.immediate_send_with_tag(scope, &from[..], l.send_tag)));
-            }
-        }
-        for ((l, into), &want) in links.iter().zip(incoming.iter_mut()).zip(expect) {
-            if want {
-                let p = comm.process_at_rank(l.rank as i32);
-                *into = Some(p.matched_probe_with_tag(l.recv_tag).matched_receive_vec::<u64>().0);
-            }
-        }
-    });
-    incoming
+    let peers: Vec<Peer> =
+        links.iter().map(|l| Peer { rank: l.rank, send_tag: l.send_tag, recv_tag: l.recv_tag }).collect();
+    exchange_any(comm, &peers, outgoing, expect)
 }
 
 /// What this rank offers on one link, settled before any message.
