@@ -227,12 +227,44 @@ pub fn build() -> bool {
         "gpu-bundle: {copied} test binaries, the gpubuf binary, the wheel, the Python tests and run.sh in {}",
         dir.display()
     );
-    // One compressed file as well (a third of the size), for transfers with a size limit.
-    let packed = run_ok(Command::new("tar").args(["czf", "gpu-bundle.tar.gz", "gpu-bundle"]));
-    if packed {
-        println!("gpu-bundle: packed into gpu-bundle.tar.gz (unpack with tar xzf, then gpu-bundle/run.sh)");
+    let packed = pack(Path::new("."), "gpu-bundle");
+    if let Some(file) = &packed {
+        let size = std::fs::metadata(file).map(|m| m.len()).unwrap_or(0);
+        let how = if file.ends_with(".xz") { "tar xJf" } else { "tar xzf" };
+        println!(
+            "gpu-bundle: packed into {file} ({:.1} MiB; unpack with {how}, then gpu-bundle/run.sh)",
+            size as f64 / 1048576.0
+        );
     }
-    ok && copied > 0 && packed
+    ok && copied > 0 && packed.is_some()
+}
+
+/// Packs folder `name` under `root` into one file beside it, for transfers with a size
+/// limit, and returns that file's name: `NAME.tar.xz` where `xz` is found, else
+/// `NAME.tar.gz`; the other of the two is removed, so no stale pack is left beside the
+/// new one. xz's dictionary (8 MiB at its default level) spans several binaries, so the
+/// CUDA images that every test binary embeds are stored about once: 36 test binaries, the
+/// gpubuf binary and the wheel (96 MiB) take about 18 MiB in xz and 59 MiB in gzip, whose
+/// 32 KiB window sees each binary alone.
+fn pack(root: &Path, name: &str) -> Option<String> {
+    let with_xz = Command::new("xz").arg("--version").output().is_ok_and(|o| o.status.success());
+    pack_as(root, name, with_xz)
+}
+
+/// [`pack`] in xz (`with_xz`) or gzip.
+fn pack_as(root: &Path, name: &str, with_xz: bool) -> Option<String> {
+    let xz = format!("{name}.tar.xz");
+    let gz = format!("{name}.tar.gz");
+    let _ = std::fs::remove_file(root.join(&xz));
+    let _ = std::fs::remove_file(root.join(&gz));
+    let (file, flag) = if with_xz { (xz, "-cJf") } else { (gz, "-czf") };
+    let ok = run_ok(Command::new("tar").current_dir(root).env("XZ_OPT", "-6 -T0").args([flag, &file, name]));
+    if ok {
+        Some(file)
+    } else {
+        let _ = std::fs::remove_file(root.join(&file));
+        None
+    }
 }
 
 #[cfg(test)]
@@ -352,5 +384,48 @@ mod tests {
         let (_, stdout) = run_with(&dir, &[("LD_LIBRARY_PATH", &libs)]);
         assert!(line(&stdout).contains("nvrtc,opencl, GPUBUF_OPENCL_DEVICE=nvidia,"), "{stdout}");
         let _ = std::fs::remove_dir_all(&dir);
+    }
+    /// Both packs unpack to the same files, the other pack is removed, and xz stores two
+    /// copies of the same incompressible megabyte about once (gzip twice).
+    #[test]
+    fn packs_unpack_to_the_folder_and_xz_stores_repeats_once() {
+        let root = std::env::temp_dir().join(format!("gpubuf-bundle-pack-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        std::fs::create_dir_all(root.join("b/tests")).unwrap();
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        let data: Vec<u8> = (0..1 << 20)
+            .map(|_| {
+                x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+                (x >> 56) as u8
+            })
+            .collect();
+        std::fs::write(root.join("b/tests/one"), &data).unwrap();
+        std::fs::write(root.join("b/tests/two"), &data).unwrap();
+        std::fs::write(root.join("b/run.sh"), "echo hi\n").unwrap();
+        let has_xz = Command::new("xz").arg("--version").output().is_ok_and(|o| o.status.success());
+        std::fs::write(root.join("b.tar.gz"), "stale").unwrap();
+        for (with_xz, file, flag) in [(false, "b.tar.gz", "-xzf"), (true, "b.tar.xz", "-xJf")] {
+            if with_xz && !has_xz {
+                continue;
+            }
+            assert_eq!(super::pack_as(&root, "b", with_xz).as_deref(), Some(file));
+            let other = if with_xz { "b.tar.gz" } else { "b.tar.xz" };
+            assert!(!root.join(other).exists(), "{other} left beside {file}");
+            let size = std::fs::metadata(root.join(file)).unwrap().len();
+            if with_xz {
+                assert!(size < 1_300_000, "xz stored the repeated megabyte twice: {size} bytes");
+            } else {
+                assert!(size > 2_000_000, "gzip cannot see the repeat: {size} bytes");
+            }
+            let out = root.join(format!("out-{with_xz}"));
+            std::fs::create_dir_all(&out).unwrap();
+            let ok = Command::new("tar").arg(flag).arg(root.join(file)).current_dir(&out).status().unwrap();
+            assert!(ok.success());
+            for f in ["tests/one", "tests/two"] {
+                assert!(std::fs::read(out.join("b").join(f)).unwrap() == data, "{f} differs after {file}");
+            }
+            assert_eq!(std::fs::read_to_string(out.join("b/run.sh")).unwrap(), "echo hi\n");
+        }
+        let _ = std::fs::remove_dir_all(&root);
     }
 }
