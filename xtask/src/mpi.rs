@@ -63,9 +63,9 @@ pub fn run(tally: &mut Tally) {
                     None => {
                         failed += 1;
                         tally.note(format!(
-                            "mpi: FAILED (mpirun -n {n} {}: no summary; a run that hangs is stopped after \
+                            "mpi: FAILED (mpirun -n {n}{}: no summary; a run that hangs is stopped after \
                              {TEST_TIMEOUT_S} s)",
-                            env.unwrap_or("")
+                            env.map(|e| format!(" -x {e}")).unwrap_or_default()
                         ));
                     }
                 }

@@ -94,7 +94,8 @@ pub(crate) fn agree(comm: &SimpleCommunicator, links: &[Side<'_>]) -> Result<Vec
         let fits =
             count.and_then(|n| n.checked_mul(RUN_WORDS)?.checked_add(1)).is_some_and(|w| w == got.len());
         if !fits {
-            return Err(Error::invalid("a neighbour sent more runs than its message has elements"));
+            let what = "a neighbour's runs do not match its offer, or outnumber its message's elements";
+            return Err(Error::invalid(what));
         }
         // The neighbour's plan has as many sources as this rank's (one per quantity and
         // boundary shared with it, the same boundaries counted from either side).

@@ -112,8 +112,9 @@ pub(crate) fn setup(
     let mut win: ffi::MPI_Win = unsafe { ffi::RSMPI_WIN_NULL };
     let mut base: *mut u8 = std::ptr::null_mut();
     // SAFETY: MPI writes the base address and the window handle into the two locals; the
-    // size fits MPI_Aint (at most `isize::MAX`, checked by `layout`); collective over `node`, which every rank of
-    // `comm` reaches here (this function is collective over `comm`).
+    // size fits MPI_Aint (at most `isize::MAX`, checked by `layout`); collective over
+    // `node`, which every rank of `comm` reaches here (this function is collective over
+    // `comm`).
     let code = unsafe {
         ffi::MPI_Win_allocate_shared(
             len as ffi::MPI_Aint,

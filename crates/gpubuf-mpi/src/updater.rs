@@ -226,13 +226,13 @@ fn requests<B: Kernels, T: Element>(
     // the transformer, which the updater keeps private and never finalizes). The updater
     // holds the links and the communicators (its own, and the credits' duplicate in
     // `shared`) and drops its requests first; a caller that does not make the updater
-    // drops them before the links and `shared`. While a request is active nothing else touches its
-    // bytes: `start` writes a send's bytes only before starting it, and only once the
-    // previous update completed (it completes one left in flight first); `wait` reads a
-    // receive's bytes (or unpacks from them) only after it completed; a pack buffer is
-    // only written by packing, in `start`. A link through the shared window sends and
-    // receives its notes instead (staging buffers of the link, written by `start` before
-    // the send starts, read by `wait` after the receive completed).
+    // drops them before the links and `shared`. While a request is active nothing else
+    // touches its bytes: `start` writes a send's bytes only before starting it, and only
+    // once the previous update completed (it completes one left in flight first); `wait`
+    // reads a receive's bytes (or unpacks from them) only after it completed; a pack
+    // buffer is only written by packing, in `start`. A link through the shared window
+    // sends and receives its notes instead (staging buffers of the link, written by
+    // `start` before the send starts, read by `wait` after the receive completed).
     let requests = unsafe { Requests::new(&recvs, &sends, false)? };
     // SAFETY: zero-byte messages (no buffer), on the credits' communicator, which `shared`
     // holds until after the requests are dropped.
